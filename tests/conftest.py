@@ -1,0 +1,78 @@
+"""Shared pytest configuration for the jaxmg monorepo.
+
+The number of simulated CPU devices is fixed once per process, before the JAX backend starts,
+so each device count runs in its own pytest process: ``nox -s tests`` runs the suite for 1, 2,
+3, 4 and 8 devices; by hand, ``pytest tests --num-cpu-devices 3``.
+
+Strict JAX settings, as in JAX's own suite: x64 on, strict dtype promotion, rank promotion
+raising. They are set in ``pytest_configure`` (never at import) and only for the test process.
+"""
+
+import os
+
+import hypothesis
+import pytest
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--num-cpu-devices",
+        type=int,
+        default=int(os.environ.get("JAXMG_TEST_DEVICES", "4")),
+        help="number of simulated CPU devices for this pytest process (default 4)",
+    )
+
+
+def pytest_configure(config):
+    import jax
+
+    jax.config.update("jax_num_cpu_devices", config.getoption("--num-cpu-devices"))
+    jax.config.update("jax_enable_x64", True)
+    jax.config.update("jax_numpy_dtype_promotion", "strict")
+    jax.config.update("jax_numpy_rank_promotion", "raise")
+    config.addinivalue_line("markers", "gpu: needs at least one NVIDIA GPU")
+    hypothesis.settings.register_profile(
+        "deterministic",
+        derandomize=True,
+        database=None,
+        deadline=None,
+        print_blob=True,
+        max_examples=int(os.environ.get("JAXMG_HYPOTHESIS_EXAMPLES", "25")),
+    )
+    hypothesis.settings.load_profile("deterministic")
+
+
+def pytest_report_header(config):
+    import jax
+
+    return f"jax {jax.__version__}: {jax.device_count()} {jax.default_backend()} device(s)"
+
+
+def _gpu_devices():
+    import jax
+
+    try:
+        return jax.devices("gpu")
+    except RuntimeError:
+        return []
+
+
+
+@pytest.fixture
+def gpu_devices():
+    """The visible GPUs; skips without one, fails instead when JAXMG_REQUIRE_GPU=1."""
+    devices = _gpu_devices()
+    if not devices:
+        message = "no GPU visible to JAX (set JAXMG_REQUIRE_GPU=1 to make this a failure)"
+        if os.environ.get("JAXMG_REQUIRE_GPU") == "1":
+            pytest.fail("JAXMG_REQUIRE_GPU=1 but " + message)
+        pytest.skip(message)
+    return devices
+
+
+@pytest.fixture
+def cpu_devices():
+    """The simulated CPU devices of this pytest process (see --num-cpu-devices)."""
+    import jax
+
+    return jax.devices("cpu")

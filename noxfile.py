@@ -1,0 +1,73 @@
+"""Developer and CI entry points. ``nox -l`` lists them.
+
+- ``tests``: install the three packages from this checkout and run the CPU suite once per
+  simulated device count (1, 2, 3, 4, 8), each in its own pytest process.
+- ``lint``: ruff.
+- ``demo``: install and run ``python -m jaxmg demo``.
+- ``tsan``: the rendezvous and CPU twin under ThreadSanitizer.
+"""
+
+import os
+import pathlib
+
+import nox
+
+ROOT = pathlib.Path(__file__).parent
+PACKAGES = ROOT / "packages"
+DEVICE_COUNTS = (1, 2, 3, 4, 8)
+# What building jaxmg-cuda needs, installed once per session so the native build runs without
+# build isolation (which would download jaxlib again for every build).
+NATIVE_BUILD_DEPS = ("scikit-build-core>=0.10", "pybind11>=2.13", "jax>=0.10", "jaxlib>=0.10")
+
+nox.options.sessions = ["lint", "tests"]
+nox.options.error_on_missing_interpreters = True
+
+
+def install_jaxmg(session, *extras):
+    session.install(*NATIVE_BUILD_DEPS, "hatchling", "ninja", "cmake")
+    session.install("--no-build-isolation", str(PACKAGES / "jaxmg-layout"))
+    session.install("--no-build-isolation", "-v", str(PACKAGES / "jaxmg-cuda"), silent=True)
+    target = str(PACKAGES / "jaxmg") + (f"[{','.join(extras)}]" if extras else "")
+    session.install("--no-build-isolation", target)
+
+
+@nox.session
+def tests(session):
+    """The CPU test suite, once per simulated device count."""
+    install_jaxmg(session, "test", "plot")
+    counts = [int(n) for n in session.posargs] or DEVICE_COUNTS
+    for count in counts:
+        session.log(f"--- {count} simulated CPU device(s) ---")
+        session.run(
+            "python", "-m", "pytest", "tests", f"--num-cpu-devices={count}", "-q",
+            env={"PYTHONHASHSEED": "0"},
+        )
+
+
+@nox.session
+def lint(session):
+    session.install("ruff")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def demo(session):
+    """Install jaxmg and solve one system on every device (4 simulated CPUs without a GPU)."""
+    install_jaxmg(session)
+    session.run("python", "-m", "jaxmg", "demo", *session.posargs)
+
+
+@nox.session
+def tsan(session):
+    """Build the rendezvous and CPU twin with ThreadSanitizer and stress them."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("noxtsan", PACKAGES / "jaxmg-cuda" / "noxtsan.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.tsan(session)
+
+
+if os.environ.get("JAXMG_NOX_VERBOSE"):
+    nox.options.verbose = True

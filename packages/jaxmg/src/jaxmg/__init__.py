@@ -1,0 +1,29 @@
+"""jaxmg: dense linear algebra on sharded jax.Arrays through NVIDIA cuSolverMg.
+
+``potrs`` (solve with a Hermitian positive definite matrix), ``potri`` (its inverse) and
+``syevd`` (Hermitian eigendecomposition) on a matrix sharded over the devices of one node, from
+eagerly executed code, ``jax.jit`` and ``jax.shard_map``. On GPUs the work is done by
+cuSolverMg; on CPU devices by a LAPACK twin that runs the same multi-device machinery.
+
+Importing jaxmg changes no global JAX setting.
+"""
+
+from jaxmg_layout import (
+    calculate_all_valid_T_A as calculate_all_valid_T_A,
+    calculate_padding as calculate_padding,
+    calculate_valid_T_A as calculate_valid_T_A,
+    cyclic_1d_layout as cyclic_1d_layout,
+    plot_layout as plot_layout,
+    undo_cyclic_1d_layout as undo_cyclic_1d_layout,
+)
+
+from ._solvers import (
+    potri as potri,
+    potri_no_shardmap as potri_no_shardmap,
+    potrs as potrs,
+    potrs_no_shardmap as potrs_no_shardmap,
+    syevd as syevd,
+    syevd_no_shardmap as syevd_no_shardmap,
+)
+
+__version__ = "0.1.0"

@@ -1,0 +1,7 @@
+"""Command line: ``python -m jaxmg demo [--n N] [--tile T_A] [--dtype float64]``."""
+
+import sys
+
+from ._demo import main
+
+sys.exit(main())

@@ -1,0 +1,411 @@
+"""potrs, potri and syevd on sharded jax.Arrays.
+
+Each public function validates its inputs in Python, resolves where ``A`` lives
+(:mod:`jaxmg._geometry`), and runs one ``jax.shard_map`` whose body works on local blocks:
+
+1. relayout the local block to the 1D block-cyclic column layout (:mod:`jaxmg_layout`);
+2. hand the native target the local tiles in the form it reads: an ``[L, N]`` row-major array,
+   which is the column-major storage of ``N x L`` tiles of a column block;
+3. bring the results back to the caller's sharding.
+
+Sharding forms. For ``A`` sharded by columns, ``P(None, ax)``, the local block is ``A[:, blk]``
+and step 2 is a local transpose. For ``A`` sharded by rows, ``P(ax, None)``, the local block
+``A[blk, :]`` already *is* that storage, of the column block of ``A^T = conj(A)`` (A is
+Hermitian): no transpose, and the solver works on ``conj(A)``. Solutions are conjugated back
+(a no-op for real dtypes).
+
+Failure. A matrix that is not positive definite (potrs, potri), or an eigensolver that fails to
+converge (syevd), is not an exception: the status is nonzero and every floating output is NaN.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import jaxmg_layout
+
+from . import _checks, _geometry
+from ._native import backend_for
+
+
+# --- local (per-device) building blocks, used inside shard_map ------------------------------
+
+
+def _to_native(a_cyclic, form):
+    """Local block-cyclic block -> the ``[L, N]`` array the native target reads."""
+    return a_cyclic.T if form == "cols" else a_cyclic
+
+
+def _from_native(a_rows, form):
+    return a_rows.T if form == "cols" else a_rows
+
+
+def _conj_transpose_local(z, axis_name, form):
+    """The local block of ``Z^H`` sharded like ``Z``, from the local block of ``Z``.
+
+    One ``all_to_all`` brings this device the transposed block it needs: for a column block
+    ``Z[:, blk]`` it is ``Z[blk, :]``, for a row block ``Z[blk, :]`` it is ``Z[:, blk]``.
+    """
+    if form == "cols":
+        other = jax.lax.all_to_all(z, axis_name, split_axis=0, concat_axis=1, tiled=True)
+    else:
+        other = jax.lax.all_to_all(z, axis_name, split_axis=1, concat_axis=0, tiled=True)
+    return jnp.conj(other).T
+
+
+def _hermitian_from_triangle(z, axis_name, form):
+    """Fill the triangle the solver left unspecified, from the valid one, by Hermitian symmetry.
+
+    The native potri writes the lower triangle of the matrix it sees. Seen from the caller, that
+    is the lower triangle of ``inv(A)`` for column sharding and the upper one for row sharding
+    (the solver saw ``conj(A) = A^T``).
+    """
+    j = jax.lax.axis_index(axis_name)
+    if form == "cols":
+        n, s = z.shape
+        rows = jnp.arange(n)[:, None]
+        cols = j * s + jnp.arange(s)[None, :]
+        valid = rows >= cols
+    else:
+        s, n = z.shape
+        rows = j * s + jnp.arange(s)[:, None]
+        cols = jnp.arange(n)[None, :]
+        valid = cols >= rows
+    return jnp.where(valid, z, _conj_transpose_local(z, axis_name, form))
+
+
+def _relayout(a, T_A, geometry):
+    return jaxmg_layout.cyclic_1d_no_shardmap(
+        a, T_A, geometry.axis, axis=geometry.sharded_dim
+    )
+
+
+def _undo(a, T_A, n, geometry):
+    return jaxmg_layout.undo_cyclic_1d_no_shardmap(
+        a, T_A, n, geometry.axis, axis=geometry.sharded_dim
+    )
+
+
+def _potrs_local(a, b, *, T_A, n, cyclic, geometry, fn):
+    """Solve on local blocks. ``a``: local block of A; ``b``: replicated ``[N, nrhs]``."""
+    native = backend_for(geometry.platform, fn)
+    layout = jaxmg_layout.CyclicPlan.make(n, geometry.ndev, T_A)
+    a_cyclic = a if cyclic else _relayout(a, T_A, geometry)
+    conj = jnp.conj if geometry.form == "rows" else (lambda v: v)
+    _, x_rows, status = native.mg_potrs(
+        _to_native(a_cyclic, geometry.form),
+        conj(b.T),
+        jax.lax.axis_index(geometry.axis),
+        T_A=layout.tile,
+        device_ids=geometry.device_ids,
+    )
+    return conj(x_rows.T), status
+
+
+def _potri_local(a, *, T_A, n, cyclic, geometry, fn):
+    native = backend_for(geometry.platform, fn)
+    layout = jaxmg_layout.CyclicPlan.make(n, geometry.ndev, T_A)
+    a_cyclic = a if cyclic else _relayout(a, T_A, geometry)
+    inv_rows, status = native.mg_potri(
+        _to_native(a_cyclic, geometry.form),
+        jax.lax.axis_index(geometry.axis),
+        T_A=layout.tile,
+        device_ids=geometry.device_ids,
+    )
+    inv = _undo(_from_native(inv_rows, geometry.form), T_A, n, geometry)
+    inv = _hermitian_from_triangle(inv, geometry.axis, geometry.form)
+    return (_relayout(inv, T_A, geometry) if cyclic else inv), status
+
+
+def _syevd_local(a, *, T_A, n, cyclic, vectors, geometry, fn):
+    native = backend_for(geometry.platform, fn)
+    layout = jaxmg_layout.CyclicPlan.make(n, geometry.ndev, T_A)
+    a_cyclic = a if cyclic else _relayout(a, T_A, geometry)
+    v_rows, w, status = native.mg_syevd(
+        _to_native(a_cyclic, geometry.form),
+        jax.lax.axis_index(geometry.axis),
+        T_A=layout.tile,
+        device_ids=geometry.device_ids,
+        vectors=vectors,
+    )
+    if not vectors:
+        return w, status
+    v = _from_native(v_rows, geometry.form)
+    if geometry.form == "rows":
+        # The solver saw conj(A): its eigenvector columns are conj(V), which read back by rows
+        # is V^H. One conjugate transpose gives the rows of V.
+        v = _conj_transpose_local(_undo(v, T_A, n, geometry), geometry.axis, "rows")
+        v = _relayout(v, T_A, geometry) if cyclic else v
+    elif not cyclic:
+        v = _undo(v, T_A, n, geometry)
+    return w, v, status
+
+
+# --- the shard_map programs ------------------------------------------------------------------
+
+
+def _replicated(x, mesh):
+    """``x`` replicated over ``mesh`` (a no-op when it already is)."""
+    if isinstance(mesh, jax.sharding.Mesh):
+        return jax.device_put(x, NamedSharding(mesh, P()))
+    return jax.sharding.reshard(x, P())
+
+
+@functools.partial(jax.jit, static_argnames=("T_A", "n", "cyclic", "geometry", "fn"))
+def _potrs_program(a, b, *, T_A, n, cyclic, geometry, fn):
+    body = functools.partial(
+        _potrs_local, T_A=T_A, n=n, cyclic=cyclic, geometry=geometry, fn=fn
+    )
+    return jax.shard_map(
+        body,
+        mesh=geometry.mesh,
+        in_specs=(geometry.spec, P()),
+        out_specs=(P(), P()),
+        check_vma=False,
+    )(a, _replicated(b, geometry.mesh))
+
+
+@functools.partial(jax.jit, static_argnames=("T_A", "n", "cyclic", "geometry", "fn"))
+def _potri_program(a, *, T_A, n, cyclic, geometry, fn):
+    body = functools.partial(
+        _potri_local, T_A=T_A, n=n, cyclic=cyclic, geometry=geometry, fn=fn
+    )
+    return jax.shard_map(
+        body,
+        mesh=geometry.mesh,
+        in_specs=(geometry.spec,),
+        out_specs=(geometry.spec, P()),
+        check_vma=False,
+    )(a)
+
+
+@functools.partial(
+    jax.jit, static_argnames=("T_A", "n", "cyclic", "vectors", "geometry", "fn")
+)
+def _syevd_program(a, *, T_A, n, cyclic, vectors, geometry, fn):
+    body = functools.partial(
+        _syevd_local, T_A=T_A, n=n, cyclic=cyclic, vectors=vectors, geometry=geometry, fn=fn
+    )
+    out_specs = (P(), geometry.spec, P()) if vectors else (P(), P())
+    return jax.shard_map(
+        body, mesh=geometry.mesh, in_specs=(geometry.spec,), out_specs=out_specs, check_vma=False
+    )(a)
+
+
+# --- public API ------------------------------------------------------------------------------
+
+
+def _prepare(A, T_A, mesh, in_specs, cyclic_1d, fn, n_specs):
+    """Validate ``A`` and ``T_A`` and resolve the geometry; returns ``(geometry, n, T_A)``."""
+    dtype = _checks.matrix_dtype(A, fn)
+    T_A = _checks.tile_size(T_A, fn)
+    if in_specs is not None:
+        specs = (in_specs,) if isinstance(in_specs, P) else tuple(in_specs)
+        if len(specs) not in (1, n_specs):
+            raise ValueError(
+                f"{fn}: in_specs must hold {n_specs} PartitionSpec(s) (one per array "
+                f"argument), got {in_specs!r}."
+            )
+        in_spec = specs[0]
+    else:
+        in_spec = None
+    geometry = _geometry.resolve(A, mesh, in_spec)
+    if cyclic_1d:
+        n = _checks.cyclic_shape(A, geometry, T_A, fn)
+    else:
+        n = _checks.square_size(A, fn)
+        _checks.plan(n, geometry.ndev, T_A, fn)
+    return geometry, n, T_A, dtype
+
+
+def potrs(A, b, T_A, mesh=None, in_specs=None, cyclic_1d=False, return_status=False):
+    """Solve ``A x = b`` for Hermitian positive definite ``A`` sharded over devices (Cholesky).
+
+    Args:
+      A: ``[N, N]`` float32, float64, complex64 or complex128, sharded over one mesh axis by
+        columns ``P(None, ax)`` or by rows ``P(ax, None)``. Only one triangle is read: the lower
+        one for column sharding, the upper one for row sharding.
+      b: ``[N]`` or ``[N, nrhs]`` (any ``nrhs >= 1``), A's dtype; any sharding (it is
+        replicated for the solve).
+      T_A: column tile size of the block-cyclic layout (cuSolverMg recommends 256 or more). It
+        must be one the relayout accepts: see :func:`jaxmg.calculate_all_valid_T_A`.
+      mesh, in_specs: optional; read from ``A.sharding`` when omitted. ``in_specs`` is
+        ``(spec_A, spec_b)``.
+      cyclic_1d: ``A`` is already in the layout of ``cyclic_1d_layout(A, T_A)``. Data that is
+        not gives NaN and a nonzero status.
+      return_status: also return the status.
+
+    Returns:
+      ``x`` with ``b``'s shape, replicated over the mesh; with ``return_status``, ``(x, status)``
+      where ``status`` is an int32 ``[1]``: 0 on success, ``k > 0`` if the leading minor of
+      order ``k`` is not positive definite (then ``x`` is all NaN), negative for an illegal
+      argument.
+
+    Runs eagerly, under ``jax.jit`` and inside ``shard_map`` programs; under ``jax.vmap`` the
+    batch is solved one matrix after another. Never gathers ``A`` on one device.
+    """
+    fn = "jaxmg.potrs"
+    geometry, n, T_A, dtype = _prepare(A, T_A, mesh, in_specs, cyclic_1d, fn, n_specs=2)
+    b_shape = _checks.rhs_shape(b, n, dtype, fn)
+    b2 = b.reshape(n, -1)
+    x, status = _potrs_program(A, b2, T_A=T_A, n=n, cyclic=bool(cyclic_1d), geometry=geometry, fn=fn)
+    x = x.reshape(b_shape)
+    return (x, status) if return_status else x
+
+
+def potri(A, T_A, mesh=None, in_specs=None, cyclic_1d=False, return_status=False):
+    """Invert a Hermitian positive definite ``A`` sharded over devices (Cholesky).
+
+    Args:
+      A: ``[N, N]`` float32, float64, complex64 or complex128, sharded over one mesh axis by
+        columns ``P(None, ax)`` or by rows ``P(ax, None)``; only one triangle is read (lower for
+        column sharding, upper for row sharding).
+      T_A, mesh, in_specs, cyclic_1d: as for :func:`potrs` (``in_specs`` is ``(spec_A,)``).
+      return_status: also return the status.
+
+    Returns:
+      The full Hermitian inverse ``[N, N]``, sharded like ``A`` (in the block-cyclic layout
+      when ``cyclic_1d``); with ``return_status``, ``(inverse, status)``: status 0 on success,
+      ``k > 0`` if ``A`` is not positive definite (the inverse is then all NaN).
+    """
+    fn = "jaxmg.potri"
+    geometry, n, T_A, _ = _prepare(A, T_A, mesh, in_specs, cyclic_1d, fn, n_specs=1)
+    inv, status = _potri_program(A, T_A=T_A, n=n, cyclic=bool(cyclic_1d), geometry=geometry, fn=fn)
+    return (inv, status) if return_status else inv
+
+
+def syevd(
+    A,
+    T_A,
+    mesh=None,
+    in_specs=None,
+    return_eigenvectors=True,
+    cyclic_1d=False,
+    return_status=False,
+):
+    """Eigenvalues, and optionally eigenvectors, of a Hermitian ``A`` sharded over devices.
+
+    Args:
+      A: ``[N, N]`` float32, float64, complex64 or complex128, sharded over one mesh axis by
+        columns ``P(None, ax)`` or by rows ``P(ax, None)``; only one triangle is read (lower for
+        column sharding, upper for row sharding).
+      T_A, mesh, in_specs, cyclic_1d: as for :func:`potrs`. On GPUs cuSolverMg's syevd accepts
+        tiles up to 1024 columns.
+      return_eigenvectors: also compute the eigenvectors.
+      return_status: also return the status.
+
+    Returns:
+      ``w``, ``[N]`` ascending eigenvalues of the real dtype (float32 for float32/complex64),
+      replicated; with ``return_eigenvectors``, ``(w, V)`` where the columns of ``V`` (``[N,
+      N]``, sharded like ``A``) are the eigenvectors; with ``return_status`` the status comes
+      last: 0 on success, ``k > 0`` if the solver did not converge (outputs are then NaN).
+    """
+    fn = "jaxmg.syevd"
+    geometry, n, T_A, _ = _prepare(A, T_A, mesh, in_specs, cyclic_1d, fn, n_specs=1)
+    if geometry.platform == "gpu":
+        tile = jaxmg_layout.CyclicPlan.make(n, geometry.ndev, T_A).tile
+        if tile > _checks.SYEVD_MAX_TILE:
+            raise ValueError(
+                f"{fn}: cuSolverMg's syevd accepts column tiles of at most "
+                f"{_checks.SYEVD_MAX_TILE}, got T_A={T_A} (tile {tile}); choose a smaller T_A."
+            )
+    out = _syevd_program(
+        A,
+        T_A=T_A,
+        n=n,
+        cyclic=bool(cyclic_1d),
+        vectors=bool(return_eigenvectors),
+        geometry=geometry,
+        fn=fn,
+    )
+    if return_status:
+        return out
+    return out[:-1] if return_eigenvectors else out[0]
+
+
+# --- inside a user's shard_map --------------------------------------------------------------
+
+
+def _local_geometry(a, axis_name, sharded_by, fn):
+    if sharded_by not in ("cols", "rows"):
+        raise ValueError(f"{fn}: sharded_by must be 'cols' or 'rows', got {sharded_by!r}.")
+    _checks.matrix_dtype(a, fn, argname="a")
+    return _geometry.from_abstract_mesh(axis_name, sharded_by)
+
+
+def _local_size(a, geometry, T_A, cyclic_1d, fn):
+    """N from the local block; checks the block against the layout."""
+    T_A = _checks.tile_size(T_A, fn)
+    n = int(a.shape[1 - geometry.sharded_dim])
+    layout = _checks.plan(n, geometry.ndev, T_A, fn)
+    width = layout.local_width if cyclic_1d else layout.shard_size
+    if a.shape[geometry.sharded_dim] != width:
+        raise ValueError(
+            f"{fn}: local block of shape {tuple(a.shape)} does not match N={n} over "
+            f"{geometry.ndev} devices along {geometry.axis!r}"
+            + (f" in the block-cyclic layout (width {width})" if cyclic_1d else "")
+            + f"; expected {width} {geometry.form} per device."
+        )
+    return n, T_A
+
+
+def potrs_no_shardmap(a, b, T_A, cyclic_1d=False, axis_name="x", *, sharded_by="cols"):
+    """:func:`potrs` on local blocks, called inside the caller's ``jax.shard_map``.
+
+    Args:
+      a: this device's block of ``A``: ``[N, N/ndev]`` columns (``sharded_by="cols"``, the
+        default) or ``[N/ndev, N]`` rows (``sharded_by="rows"``); in the block-cyclic layout
+        when ``cyclic_1d``.
+      b: ``[N]`` or ``[N, nrhs]``, the same on every device.
+      axis_name: the mesh axis the blocks are split over.
+
+    Returns:
+      ``(x, status)``: ``x`` like ``b``, the same on every device; ``status`` int32 ``[1]`` as
+      in :func:`potrs`. Always returns the status.
+    """
+    fn = "jaxmg.potrs_no_shardmap"
+    geometry = _local_geometry(a, axis_name, sharded_by, fn)
+    n, T_A = _local_size(a, geometry, T_A, cyclic_1d, fn)
+    b_shape = _checks.rhs_shape(b, n, _checks.matrix_dtype(a, fn, "a"), fn)
+    x, status = _potrs_local(
+        a, b.reshape(n, -1), T_A=T_A, n=n, cyclic=bool(cyclic_1d), geometry=geometry, fn=fn
+    )
+    return x.reshape(b_shape), status
+
+
+def potri_no_shardmap(a, T_A, cyclic_1d=False, axis_name="x", *, sharded_by="cols"):
+    """:func:`potri` on local blocks inside ``jax.shard_map``; returns ``(inverse_block, status)``.
+
+    The returned block is this device's block of the full Hermitian inverse, in the same form
+    (and layout) as ``a``.
+    """
+    fn = "jaxmg.potri_no_shardmap"
+    geometry = _local_geometry(a, axis_name, sharded_by, fn)
+    n, T_A = _local_size(a, geometry, T_A, cyclic_1d, fn)
+    return _potri_local(a, T_A=T_A, n=n, cyclic=bool(cyclic_1d), geometry=geometry, fn=fn)
+
+
+def syevd_no_shardmap(
+    a, T_A, return_eigenvectors=True, cyclic_1d=False, axis_name="x", *, sharded_by="cols"
+):
+    """:func:`syevd` on local blocks inside ``jax.shard_map``.
+
+    Returns ``(w, v_block, status)`` with eigenvectors, else ``(w, status)``; ``w`` is the same
+    on every device, ``v_block`` this device's block of ``V`` in the same form as ``a``.
+    """
+    fn = "jaxmg.syevd_no_shardmap"
+    geometry = _local_geometry(a, axis_name, sharded_by, fn)
+    n, T_A = _local_size(a, geometry, T_A, cyclic_1d, fn)
+    return _syevd_local(
+        a,
+        T_A=T_A,
+        n=n,
+        cyclic=bool(cyclic_1d),
+        vectors=bool(return_eigenvectors),
+        geometry=geometry,
+        fn=fn,
+    )

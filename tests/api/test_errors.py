@@ -1,0 +1,133 @@
+"""Bad input raises before any device work, naming the argument, what it got and what is accepted."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import jaxmg
+
+
+@pytest.fixture
+def mesh():
+    return jax.make_mesh((jax.device_count(),), ("x",))
+
+
+@pytest.fixture
+def a(mesh):
+    n = 12 * mesh.size
+    return jax.device_put(jnp.eye(n), NamedSharding(mesh, P(None, "x")))
+
+
+def test_non_square(mesh):
+    a = jax.device_put(jnp.ones((8 * mesh.size, 4 * mesh.size)), NamedSharding(mesh, P(None, "x")))
+    with pytest.raises(ValueError, match=r"jaxmg.potrs: A must be square \[N, N\]"):
+        jaxmg.potrs(a, jnp.ones(8 * mesh.size), 2)
+
+
+def test_not_2d(mesh):
+    with pytest.raises(ValueError, match="must be 2-D"):
+        jaxmg.potri(jnp.ones(4), 2)
+
+
+def test_b_wrong_rows(a):
+    with pytest.raises(ValueError, match=r"b must have shape \[\d+\] or \[\d+, nrhs\].*got \(5, 1\)"):
+        jaxmg.potrs(a, jnp.ones((5, 1)), 2)
+
+
+def test_mismatched_dtypes(a):
+    with pytest.raises(TypeError, match="b has dtype float32 but A has float64"):
+        jaxmg.potrs(a, jnp.ones(a.shape[0], jnp.float32), 2)
+
+
+def test_integer_dtype(mesh):
+    a = jax.device_put(jnp.eye(4 * mesh.size, dtype=jnp.int32), NamedSharding(mesh, P(None, "x")))
+    with pytest.raises(TypeError, match="dtype int32; accepted: float32, float64, complex64"):
+        jaxmg.syevd(a, 2)
+
+
+@pytest.mark.parametrize("T_A", [0, -3])
+def test_nonpositive_tile(a, T_A):
+    with pytest.raises(ValueError, match=f"T_A must be a positive int, got {T_A}"):
+        jaxmg.potri(a, T_A)
+
+
+@pytest.mark.parametrize("T_A", [2.0, True, "4"])
+def test_non_integer_tile(a, T_A):
+    with pytest.raises(TypeError, match="T_A must be a positive int"):
+        jaxmg.potri(a, T_A)
+
+
+def test_invalid_tile_names_neighbours(mesh):
+    if mesh.size < 2:
+        pytest.skip("every tile size is valid on one device")
+    n = 10 * mesh.size
+    shard = n // mesh.size
+    valid = jaxmg.calculate_all_valid_T_A(shard, mesh.size, shard)
+    invalid = [t for t in range(1, shard) if t not in valid]
+    if not invalid:
+        pytest.skip(f"every tile size below {shard} is valid for {mesh.size} devices")
+    a = jax.device_put(jnp.eye(n), NamedSharding(mesh, P(None, "x")))
+    with pytest.raises(ValueError, match=rf"jaxmg.potri: .*T_A={invalid[0]}\b") as err:
+        jaxmg.potri(a, invalid[0])
+    smaller, larger = jaxmg.calculate_valid_T_A(shard, invalid[0], mesh.size, shard)
+    for neighbour in (smaller, larger):
+        if neighbour is not None:
+            assert str(neighbour) in str(err.value)
+
+
+def test_two_axis_sharding(mesh):
+    if mesh.size < 4 or mesh.size % 2:
+        pytest.skip("needs an even number of at least 4 devices")
+    mesh2 = jax.make_mesh((2, mesh.size // 2), ("a", "b"))
+    a = jax.device_put(jnp.eye(4 * mesh.size), NamedSharding(mesh2, P("a", "b")))
+    with pytest.raises(ValueError, match=r"jaxmg accepts A sharded over exactly one mesh axis"):
+        jaxmg.potri(a, 2)
+
+
+def test_replicated_matrix(mesh):
+    a = jax.device_put(jnp.eye(4 * mesh.size), NamedSharding(mesh, P()))
+    with pytest.raises(ValueError, match="cannot find the sharding of A|exactly one mesh axis"):
+        jaxmg.potri(a, 2)
+
+
+def test_in_specs_inconsistent_with_sharding(a, mesh):
+    with pytest.raises(ValueError, match=r"A is sharded as .* but in_specs\[0\] is"):
+        jaxmg.potri(a, 2, mesh=mesh, in_specs=(P("x", None),))
+
+
+def test_in_specs_wrong_length(a, mesh):
+    with pytest.raises(ValueError, match="in_specs must hold 2 PartitionSpec"):
+        jaxmg.potrs(a, jnp.ones(a.shape[0]), 2, mesh=mesh, in_specs=(P(None, "x"), P(), P()))
+
+
+def test_plain_array_without_mesh():
+    with pytest.raises(ValueError, match="pass mesh= and in_specs="):
+        jax.jit(lambda x: jaxmg.potri(x, 2))(np.eye(8))
+
+
+def test_n_not_divisible(mesh):
+    if mesh.size < 2:
+        pytest.skip("every N divides over one device")
+    with pytest.raises(ValueError):
+        jax.device_put(jnp.eye(4 * mesh.size + 1), NamedSharding(mesh, P(None, "x")))
+
+
+def test_more_than_16_gpus_is_refused():
+    from jaxmg import _geometry
+
+    with pytest.raises(ValueError, match="17 GPUs .* cuSolverMg accepts at most 16"):
+        _geometry.check_device_count(17, "gpu", "x")
+    _geometry.check_device_count(16, "gpu", "x")
+    _geometry.check_device_count(17, "cpu", "x")  # the CPU twin has no such limit
+
+
+def test_cyclic_wrong_shape(a, mesh):
+    shard = a.shape[1] // mesh.size
+    valid = jaxmg.calculate_all_valid_T_A(shard, mesh.size, shard)
+    widening = [t for t in valid if shard % t]
+    if not widening:
+        pytest.skip(f"no valid tile size pads a shard of {shard} on {mesh.size} devices")
+    with pytest.raises(ValueError, match="with cyclic_1d=True, A must already be"):
+        jaxmg.potrs(a, jnp.ones(a.shape[0]), widening[0], cyclic_1d=True)

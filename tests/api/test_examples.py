@@ -41,3 +41,17 @@ def test_layout_example_matches_original_readme():
         assert f" {value}" in first
     for value in ("3.", "4.", "7.", "8.", "11.", "12."):
         assert f" {value}" in second
+
+
+def test_readme_python_blocks_run():
+    """Every ```python block of the README runs and prints only True verdicts."""
+    readme = (EXAMPLES.parent / "README.md").read_text()
+    blocks = [part.split("```", 1)[0] for part in readme.split("```python\n")[1:]]
+    assert blocks, "the README has no python example"
+    for block in blocks:
+        done = subprocess.run(
+            [sys.executable, "-c", block], capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stderr
+        verdicts = [line for line in done.stdout.splitlines() if line in ("True", "False")]
+        assert verdicts and all(v == "True" for v in verdicts), done.stdout

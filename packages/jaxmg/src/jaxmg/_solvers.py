@@ -58,7 +58,7 @@ def _conj_transpose_local(z, axis_name, form):
 
 
 def _hermitian_from_triangle(z, axis_name, form):
-    """Fill the triangle the solver left unspecified, from the valid one, by Hermitian symmetry.
+    """Fill the triangle the solver left unspecified from the valid one, by Hermitian symmetry.
 
     The native potri writes the lower triangle of the matrix it sees. Seen from the caller, that
     is the lower triangle of ``inv(A)`` for column sharding and the upper one for row sharding
@@ -67,15 +67,17 @@ def _hermitian_from_triangle(z, axis_name, form):
     j = jax.lax.axis_index(axis_name)
     if form == "cols":
         n, s = z.shape
-        rows = jnp.arange(n)[:, None]
-        cols = j * s + jnp.arange(s)[None, :]
-        valid = rows >= cols
+        rows = jnp.arange(n, dtype=jnp.int32)[:, None]
+        cols = j * s + jnp.arange(s, dtype=jnp.int32)[None, :]
+        valid = rows > cols
     else:
         s, n = z.shape
-        rows = j * s + jnp.arange(s)[:, None]
-        cols = jnp.arange(n)[None, :]
-        valid = cols >= rows
-    return jnp.where(valid, z, _conj_transpose_local(z, axis_name, form))
+        rows = j * s + jnp.arange(s, dtype=jnp.int32)[:, None]
+        cols = jnp.arange(n, dtype=jnp.int32)[None, :]
+        valid = cols > rows
+    mirrored = _conj_transpose_local(z, axis_name, form)
+    diagonal = jnp.real(z).astype(z.dtype)  # a Hermitian matrix has a real diagonal
+    return jnp.where(rows == cols, diagonal, jnp.where(valid, z, mirrored))
 
 
 def _relayout(a, T_A, geometry):
@@ -148,11 +150,11 @@ def _syevd_local(a, *, T_A, n, cyclic, vectors, geometry, fn):
 # --- the shard_map programs ------------------------------------------------------------------
 
 
-def _replicated(x, mesh):
-    """``x`` replicated over ``mesh`` (a no-op when it already is)."""
+def _placed(x, mesh, spec):
+    """``x`` sharded as ``spec`` over ``mesh`` (a no-op when it already is)."""
     if isinstance(mesh, jax.sharding.Mesh):
-        return jax.device_put(x, NamedSharding(mesh, P()))
-    return jax.sharding.reshard(x, P())
+        return jax.device_put(x, NamedSharding(mesh, spec))
+    return jax.sharding.reshard(x, NamedSharding(mesh, spec))
 
 
 @functools.partial(jax.jit, static_argnames=("T_A", "n", "cyclic", "geometry", "fn"))
@@ -166,7 +168,7 @@ def _potrs_program(a, b, *, T_A, n, cyclic, geometry, fn):
         in_specs=(geometry.spec, P()),
         out_specs=(P(), P()),
         check_vma=False,
-    )(a, _replicated(b, geometry.mesh))
+    )(_placed(a, geometry.mesh, geometry.spec), _placed(b, geometry.mesh, P()))
 
 
 @functools.partial(jax.jit, static_argnames=("T_A", "n", "cyclic", "geometry", "fn"))
@@ -180,7 +182,7 @@ def _potri_program(a, *, T_A, n, cyclic, geometry, fn):
         in_specs=(geometry.spec,),
         out_specs=(geometry.spec, P()),
         check_vma=False,
-    )(a)
+    )(_placed(a, geometry.mesh, geometry.spec))
 
 
 @functools.partial(
@@ -193,7 +195,7 @@ def _syevd_program(a, *, T_A, n, cyclic, vectors, geometry, fn):
     out_specs = (P(), geometry.spec, P()) if vectors else (P(), P())
     return jax.shard_map(
         body, mesh=geometry.mesh, in_specs=(geometry.spec,), out_specs=out_specs, check_vma=False
-    )(a)
+    )(_placed(a, geometry.mesh, geometry.spec))
 
 
 # --- public API ------------------------------------------------------------------------------

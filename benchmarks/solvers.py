@@ -1,0 +1,321 @@
+"""Benchmark jaxmg's potrs / potri / syevd against JAX's own linear algebra on one device.
+
+For every case (routine x N x dtype x T_A x device count) the same matrix is solved by jaxmg
+on ``ndev`` devices and by the single-device JAX baseline (``cho_factor`` + ``cho_solve``,
+``jnp.linalg.inv``, ``jnp.linalg.eigh``) in the same run. Each timing is ``--warmup`` untimed
+runs then ``--runs`` timed runs ending in ``block_until_ready``; the median and the spread
+(min..max) are reported, with TFLOP/s from the standard flop counts:
+
+    potrs: N^3/3 (potrf) + 2 N^2 nrhs        potri: N^3/3 (potrf) + 2 N^3/3
+    syevd (values): 4 N^3/3                   syevd (vectors): 4 N^3
+    complex dtypes: 4x the real count.
+
+Every case is checked (scaled residual < 30) so a fast wrong answer cannot pass. Memory: on GPU
+the peak bytes in use per device from the device's memory statistics; on CPU the compiled
+program's memory analysis (arguments + outputs + temporaries, per device).
+
+Output: one JSON line per case on stdout (and in ``--json``), a markdown table at the end (and in
+``--markdown``), and PNG plots with ``--plots DIR``.
+
+Example (CPU, 4 simulated devices):
+    python benchmarks/solvers.py --cpu-devices 4 --routines potrs --n 1024 2048 --tiles 128
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import statistics
+import sys
+import time
+
+ROUTINES = ("potrs", "potri", "syevd", "syevd_values")
+
+
+def parse(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--routines", nargs="+", default=["potrs"], choices=ROUTINES)
+    p.add_argument("--n", nargs="+", type=int, default=[1024, 2048])
+    p.add_argument("--dtypes", nargs="+", default=["float64"])
+    p.add_argument("--tiles", nargs="+", type=int, default=[128])
+    p.add_argument("--devices", nargs="+", type=int, default=None, help="device counts (all)")
+    p.add_argument("--nrhs", type=int, default=1)
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--cpu-devices", type=int, default=4, help="simulated CPU devices (no GPU)")
+    p.add_argument("--overhead-n", type=int, default=64, help="N for the fixed-cost probe (0: off)")
+    p.add_argument("--json", type=pathlib.Path, help="write the JSON lines here")
+    p.add_argument("--markdown", type=pathlib.Path, help="write the markdown table here")
+    p.add_argument("--plots", type=pathlib.Path, help="write PNG plots into this folder")
+    return p.parse_args(argv)
+
+
+def flops(routine: str, n: int, nrhs: int, complex_: bool) -> float:
+    count = {
+        "potrs": n**3 / 3 + 2 * n**2 * nrhs,
+        "potri": n**3 / 3 + 2 * n**3 / 3,
+        "syevd": 4 * n**3,
+        "syevd_values": 4 * n**3 / 3,
+    }[routine]
+    return count * (4 if complex_ else 1)
+
+
+def timed(fn, args, runs, warmup):
+    import jax
+
+    for _ in range(warmup):
+        jax.block_until_ready(fn(*args))
+    seconds = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds), min(seconds), max(seconds)
+
+
+def progress(done, total, label):
+    width = 30
+    filled = int(width * done / max(total, 1))
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label:40s}")
+    sys.stderr.flush()
+    if done == total:
+        sys.stderr.write("\n")
+
+
+def make_matrix(n, dtype, routine, seed=0):
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    m = rng.standard_normal((n, n))
+    if np.dtype(dtype).kind == "c":
+        m = m + 1j * rng.standard_normal((n, n))
+    if routine.startswith("syevd"):
+        return ((m + m.conj().T) / 2).astype(dtype)
+    return (m @ m.conj().T / n + np.eye(n)).astype(dtype)
+
+
+def programs(routine, tile, mesh, nrhs):
+    """(jaxmg program, baseline program, residual(a, out)) for one routine."""
+    import jax
+    import jax.numpy as jnp
+    import jax.scipy.linalg as jsl
+    import numpy as np
+
+    import jaxmg
+
+    def eps_n(a):
+        return np.finfo(a.dtype).eps * a.shape[0]
+
+    if routine == "potrs":
+        mg = jax.jit(lambda a, b: jaxmg.potrs(a, b, tile))
+        base = jax.jit(lambda a, b: jsl.cho_solve(jsl.cho_factor(a, lower=True), b))
+
+        def check(a, b, x):
+            return np.linalg.norm(a @ x - b) / (
+                np.linalg.norm(a, 1) * np.linalg.norm(x) * eps_n(a)
+            )
+
+        return mg, base, check, True
+    if routine == "potri":
+        mg = jax.jit(lambda a: jaxmg.potri(a, tile))
+        base = jax.jit(jnp.linalg.inv)
+
+        def check(a, _, x):
+            return np.linalg.norm(a @ x - np.eye(a.shape[0])) / (
+                np.linalg.norm(a, 1) * np.linalg.norm(x, 1) * eps_n(a)
+            )
+
+        return mg, base, check, False
+    vectors = routine == "syevd"
+    mg = jax.jit(lambda a: jaxmg.syevd(a, tile, return_eigenvectors=vectors))
+    base = jax.jit(jnp.linalg.eigh if vectors else jnp.linalg.eigvalsh)
+
+    def check(a, _, out):
+        w = np.asarray(out[0] if vectors else out)
+        ref = np.linalg.eigvalsh(a)
+        return np.max(np.abs(w - ref)) / (np.linalg.norm(a, 2) * eps_n(a))
+
+    return mg, base, check, False
+
+
+def memory(fn, args, devices):
+    """Peak bytes per device: device statistics on GPU, compiled memory analysis on CPU."""
+    if devices[0].platform == "gpu":
+        stats = [d.memory_stats() or {} for d in devices]
+        return {"peak_bytes_per_device": max(s.get("peak_bytes_in_use", 0) for s in stats)}
+    analysis = fn.lower(*args).compile().memory_analysis()
+    if analysis is None:
+        return {}
+    return {
+        "argument_bytes": analysis.argument_size_in_bytes,
+        "output_bytes": analysis.output_size_in_bytes,
+        "temp_bytes": analysis.temp_size_in_bytes,
+    }
+
+
+def run_case(routine, n, dtype, tile, ndev, args, all_devices):
+    import jax
+    import numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    devices = all_devices[:ndev]
+    mesh = jax.make_mesh((ndev,), ("x",), devices=devices)
+    a_host = make_matrix(n, dtype, routine)
+    b_host = np.ones((n, args.nrhs), dtype)
+    a = jax.device_put(a_host, NamedSharding(mesh, P(None, "x")))
+    b = jax.device_put(b_host, NamedSharding(mesh, P()))
+    a0 = jax.device_put(a_host, devices[0])
+    b0 = jax.device_put(b_host, devices[0])
+    mg, base, check, takes_b = programs(routine, tile, mesh, args.nrhs)
+    mg_args, base_args = ((a, b), (a0, b0)) if takes_b else ((a,), (a0,))
+    t_mg = timed(mg, mg_args, args.runs, args.warmup)
+    t_base = timed(base, base_args, args.runs, args.warmup)
+    out = mg(*mg_args)
+    out_host = jax.tree.map(np.asarray, out)
+    residual = float(check(a_host, b_host, out_host))
+    work = flops(routine, n, args.nrhs, np.dtype(dtype).kind == "c")
+    return {
+        "routine": routine,
+        "n": n,
+        "dtype": dtype,
+        "T_A": tile,
+        "ndev": ndev,
+        "platform": devices[0].platform,
+        "device_kind": devices[0].device_kind,
+        "jaxmg_s": t_mg[0],
+        "jaxmg_min_s": t_mg[1],
+        "jaxmg_max_s": t_mg[2],
+        "baseline_s": t_base[0],
+        "ratio_to_baseline": t_mg[0] / t_base[0],
+        "jaxmg_tflops": work / t_mg[0] / 1e12,
+        "baseline_tflops": work / t_base[0] / 1e12,
+        "scaled_residual": residual,
+        "check_passed": residual < 30,
+        **memory(mg, mg_args, devices),
+    }
+
+
+def overhead_us(n, all_devices, runs):
+    """Median wall time of one potrs call at tiny N: the per-call fixed cost."""
+    import jax
+    import numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    import jaxmg
+
+    mesh = jax.make_mesh((len(all_devices),), ("x",), devices=all_devices)
+    n = max(n, len(all_devices)) // len(all_devices) * len(all_devices)
+    a = jax.device_put(make_matrix(n, "float32", "potrs"), NamedSharding(mesh, P(None, "x")))
+    b = jax.device_put(np.ones((n, 1), np.float32), NamedSharding(mesh, P()))
+    fn = jax.jit(lambda a, b: jaxmg.potrs(a, b, n // len(all_devices)))
+    return timed(fn, (a, b), max(runs, 20), 3)[0] * 1e6
+
+
+def markdown(rows):
+    head = (
+        "| routine | N | dtype | T_A | devices | jaxmg ms (min..max) | baseline ms | ratio | "
+        "TFLOP/s | residual | memory |\n|---|---|---|---|---|---|---|---|---|---|---|\n"
+    )
+    lines = []
+    for r in rows:
+        mem = r.get("peak_bytes_per_device") or (
+            r.get("argument_bytes", 0) + r.get("output_bytes", 0) + r.get("temp_bytes", 0)
+        )
+        lines.append(
+            f"| {r['routine']} | {r['n']} | {r['dtype']} | {r['T_A']} | {r['ndev']} | "
+            f"{r['jaxmg_s'] * 1e3:.1f} ({r['jaxmg_min_s'] * 1e3:.1f}..{r['jaxmg_max_s'] * 1e3:.1f})"
+            f" | {r['baseline_s'] * 1e3:.1f} | {r['ratio_to_baseline']:.2f} | "
+            f"{r['jaxmg_tflops']:.3f} | {r['scaled_residual']:.2g} | {mem / 2**20:.1f} MiB |"
+        )
+    return head + "\n".join(lines) + "\n"
+
+
+def plots(rows, folder):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no plots", file=sys.stderr)
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    for routine in sorted({r["routine"] for r in rows}):
+        mine = [r for r in rows if r["routine"] == routine]
+        fig, (ax_t, ax_f) = plt.subplots(1, 2, figsize=(10, 4))
+        for key in sorted({(r["dtype"], r["T_A"], r["ndev"]) for r in mine}):
+            pts = sorted((r["n"], r) for r in mine if (r["dtype"], r["T_A"], r["ndev"]) == key)
+            ns = [n for n, _ in pts]
+            label = f"{key[0]} T_A={key[1]} ndev={key[2]}"
+            ax_t.plot(ns, [r["jaxmg_s"] for _, r in pts], "o-", label=f"jaxmg {label}")
+            ax_t.plot(ns, [r["baseline_s"] for _, r in pts], "x--", label=f"baseline {key[0]}")
+            ax_f.plot(ns, [r["jaxmg_tflops"] for _, r in pts], "o-", label=label)
+        ax_t.set(xlabel="N", ylabel="seconds", xscale="log", yscale="log", title=routine)
+        ax_f.set(xlabel="N", ylabel="TFLOP/s", xscale="log", title=f"{routine} throughput")
+        ax_t.legend(fontsize=7)
+        ax_f.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(folder / f"{routine}_vs_n.png", dpi=120)
+        plt.close(fig)
+        tiles = sorted({r["T_A"] for r in mine})
+        if len(tiles) > 1:
+            fig, ax = plt.subplots(figsize=(5, 4))
+            for n in sorted({r["n"] for r in mine}):
+                pts = sorted((r["T_A"], r["jaxmg_s"]) for r in mine if r["n"] == n)
+                ax.plot([t for t, _ in pts], [s for _, s in pts], "o-", label=f"N={n}")
+            ax.set(xlabel="T_A", ylabel="seconds", xscale="log", title=f"{routine}: tile sweep")
+            ax.legend()
+            fig.tight_layout()
+            fig.savefig(folder / f"{routine}_tile_sweep.png", dpi=120)
+            plt.close(fig)
+
+
+def main(argv=None):
+    args = parse(argv)
+    import jax
+
+    jax.config.update("jax_num_cpu_devices", args.cpu_devices)
+    jax.config.update("jax_enable_x64", True)
+    all_devices = jax.devices()
+    counts = args.devices or [len(all_devices)]
+    cases = [
+        (routine, n, dtype, tile, ndev)
+        for routine in args.routines
+        for n in args.n
+        for dtype in args.dtypes
+        for tile in args.tiles
+        for ndev in counts
+        if n % ndev == 0 and ndev <= len(all_devices)
+    ]
+    rows = []
+    sink = args.json.open("w") if args.json else None
+    for i, case in enumerate(cases):
+        progress(i, len(cases), "{} N={} {} T_A={} ndev={}".format(*case))
+        row = run_case(*case, args, all_devices)
+        rows.append(row)
+        line = json.dumps(row)
+        print(line, flush=True)
+        if sink:
+            sink.write(line + "\n")
+    progress(len(cases), len(cases), "done")
+    if args.overhead_n:
+        fixed = overhead_us(args.overhead_n, all_devices, args.runs)
+        line = json.dumps({"overhead_potrs_us": fixed, "n": args.overhead_n,
+                           "ndev": len(all_devices), "platform": all_devices[0].platform})
+        print(line)
+        if sink:
+            sink.write(line + "\n")
+    if sink:
+        sink.close()
+    table = markdown(rows)
+    print(table)
+    if args.markdown:
+        args.markdown.write_text(table)
+    if args.plots:
+        plots(rows, args.plots)
+    return 0 if all(r["check_passed"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

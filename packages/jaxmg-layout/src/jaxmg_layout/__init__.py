@@ -1,0 +1,35 @@
+"""jaxmg-layout: the 1D block-cyclic column layout that cuSolverMg needs, for sharded arrays.
+
+Pure JAX and numpy: tile-size validation and padding (``calculate_*``), the layout plan of
+one call (:class:`CyclicPlan`), the relayout between JAX's block sharding and the
+block-cyclic layout (``cyclic_1d_layout`` on global arrays, ``cyclic_1d_no_shardmap`` on
+local shards inside ``shard_map``), and a picture of it (``plot_layout``, needs matplotlib).
+"""
+
+from ._plan import (
+    CyclicPlan as CyclicPlan,
+)
+from ._plan import (
+    calculate_all_valid_T_A as calculate_all_valid_T_A,
+)
+from ._plan import (
+    calculate_padding as calculate_padding,
+)
+from ._plan import (
+    calculate_valid_T_A as calculate_valid_T_A,
+)
+from ._plot import plot_layout as plot_layout
+from ._relayout import (
+    cyclic_1d_layout as cyclic_1d_layout,
+)
+from ._relayout import (
+    cyclic_1d_no_shardmap as cyclic_1d_no_shardmap,
+)
+from ._relayout import (
+    undo_cyclic_1d_layout as undo_cyclic_1d_layout,
+)
+from ._relayout import (
+    undo_cyclic_1d_no_shardmap as undo_cyclic_1d_no_shardmap,
+)
+
+__version__ = "0.1.0"

@@ -1,0 +1,86 @@
+"""A picture of the block -> block-cyclic mapping (needs the ``plot`` extra: matplotlib)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._plan import CyclicPlan
+
+__all__ = ["plot_layout"]
+
+
+def plot_layout(N: int, ndev: int, T_A: int, *, figsize=None):
+    """Draw where every column of an ``N x N`` matrix goes in the block-cyclic layout.
+
+    Top: JAX's block sharding, each column coloured by the device holding it. Bottom: every
+    device's local block-cyclic columns, coloured by the device that held them before, tile
+    boundaries marked and padding hatched in grey.
+
+    Returns:
+        The ``matplotlib.figure.Figure``.
+    """
+    try:
+        import matplotlib.pyplot as plt
+        from matplotlib.colors import ListedColormap
+        from matplotlib.patches import Patch
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        raise ImportError("plot_layout needs matplotlib: pip install 'jaxmg-layout[plot]'") from err
+
+    plan = CyclicPlan.make(N, ndev, T_A)
+    colours = ListedColormap(plt.get_cmap("tab10" if ndev <= 10 else "tab20").colors[:ndev])
+    source = np.arange(N) // plan.shard_size  # device of each column in block sharding
+    cmap = plan.column_map()  # [ndev, L] global column or -1
+    cyclic = np.where(cmap >= 0, source[np.maximum(cmap, 0)], -1)
+
+    fig, (top, bottom) = plt.subplots(
+        2,
+        1,
+        figsize=figsize or (10, 2.2 + 0.45 * ndev),
+        height_ratios=[1, ndev],
+        layout="constrained",
+    )
+    top.imshow(
+        source[None, :], aspect="auto", cmap=colours, vmin=0, vmax=ndev - 1, interpolation="nearest"
+    )
+    top.set_title(f"block sharding: N={N}, {ndev} devices, {plan.shard_size} columns each")
+    top.set_yticks([])
+    top.set_xlabel("global column")
+    for k in range(1, plan.num_tiles):
+        top.axvline(k * plan.tile - 0.5, color="white", lw=0.5)
+
+    masked = np.ma.masked_less(cyclic, 0)
+    bottom.set_facecolor("0.85")
+    bottom.imshow(
+        masked, aspect="auto", cmap=colours, vmin=0, vmax=ndev - 1, interpolation="nearest"
+    )
+    for d in range(ndev):
+        for c in np.flatnonzero(cmap[d] < 0):
+            bottom.add_patch(
+                plt.Rectangle(
+                    (c - 0.5, d - 0.5), 1, 1, fill=False, hatch="///", edgecolor="0.5", lw=0
+                )
+            )
+    for m in range(1, plan.tiles_per_device):
+        bottom.axvline(m * plan.tile - 0.5, color="white", lw=1)
+    if plan.num_tiles <= 64:
+        for k in range(plan.num_tiles):
+            d, m = k % ndev, k // ndev
+            bottom.text(
+                m * plan.tile + (plan.tile - 1) / 2,
+                d,
+                f"{k}",
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="white",
+            )
+    bottom.set_yticks(range(ndev), [f"device {d}" for d in range(ndev)])
+    bottom.set_xlabel("local column (numbers: global tile)")
+    bottom.set_title(
+        f"1D block-cyclic, T_A={T_A} (tile {plan.tile}): local width {plan.local_width}, "
+        f"padding {plan.padding} per shard"
+    )
+    handles = [Patch(color=colours(d), label=f"from device {d}") for d in range(ndev)]
+    handles.append(Patch(facecolor="0.85", hatch="///", edgecolor="0.5", label="padding"))
+    bottom.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    return fig

@@ -1,0 +1,256 @@
+"""Block sharding <-> 1D block-cyclic layout, with one ``ppermute`` and one ``all_to_all``.
+
+Forward (see :mod:`jaxmg_layout._plan` for the names), on device ``d`` of ``ndev``:
+
+1. *shift*: device ``d`` must end up holding columns ``[d*s', (d+1)*s')`` of A right-padded
+   with zeros, ``s' = s + p``. It drops its first ``d*p`` columns and appends the first
+   ``(d+1)*p`` columns of device ``d+1`` (zeros on the last device). One ``ppermute`` sends
+   every device's first ``(ndev-1)*p`` columns to its left neighbour.
+2. *exchange*: view the ``s'`` columns as ``(blocks, ndev, tile)``. Column group ``j`` holds
+   global tiles ``k`` with ``k % ndev == j``, so it belongs to device ``j``; one
+   ``all_to_all`` over that axis delivers it there, where the tile lands in local slot
+   ``d * blocks + b == k // ndev``.
+3. keep the first ``L = ceil(s/tile)*tile`` columns: every later slot is pure padding.
+
+The undo runs the same steps backwards. The sharded axis may be any axis of the local block
+(``axis=1``: columns, the original form; ``axis=0``: rows).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from ._plan import CyclicPlan
+
+__all__ = [
+    "cyclic_1d_layout",
+    "cyclic_1d_no_shardmap",
+    "undo_cyclic_1d_layout",
+    "undo_cyclic_1d_no_shardmap",
+]
+
+
+def _axis(x, axis: int) -> int:
+    if not -x.ndim <= axis < x.ndim:
+        raise ValueError(f"axis={axis} is out of range for an array of rank {x.ndim}.")
+    return axis % x.ndim
+
+
+def _zeros_like_along(x, axis: int, size: int):
+    shape = list(x.shape)
+    shape[axis] = size
+    return jnp.zeros(shape, x.dtype)
+
+
+def _split_axis(x, axis: int, sizes: tuple[int, ...]):
+    return x.reshape(x.shape[:axis] + sizes + x.shape[axis + 1 :])
+
+
+def _merge_axes(x, axis: int, count: int):
+    return x.reshape(x.shape[:axis] + (-1,) + x.shape[axis + count :])
+
+
+def cyclic_1d_no_shardmap(x, T_A: int, axis_name: str, axis: int = 1):
+    """Relayout a local shard, inside ``shard_map``, to the 1D block-cyclic layout.
+
+    Args:
+        x: this device's block of the matrix; ``x.shape[axis]`` is the shard size ``s``.
+        T_A: tile width. ``T_A >= s`` needs no relayout and returns ``x`` unchanged.
+        axis_name: the mesh axis the matrix is sharded over.
+        axis: the sharded axis of ``x`` (1: column sharding, 0: row sharding).
+
+    Returns:
+        The local block of width ``L = ceil(s/tile)*tile`` along ``axis``: local slot ``m``
+        holds global tile ``axis_index + m*ndev``; zeros after the last real tile.
+    """
+    axis = _axis(x, axis)
+    ndev = lax.axis_size(axis_name)
+    s = x.shape[axis]
+    plan = CyclicPlan.make(s * ndev, ndev, T_A)
+    if not plan.needs_relayout:
+        return x
+    t, p = plan.tile, plan.padding
+    d = lax.axis_index(axis_name)
+    # 1. shift: padding to the global right edge.
+    if p:
+        pieces = [x]
+        if ndev > 1:
+            head = lax.slice_in_dim(x, 0, (ndev - 1) * p, axis=axis)
+            pieces.append(lax.ppermute(head, axis_name, [(e, e - 1) for e in range(1, ndev)]))
+        pieces.append(_zeros_like_along(x, axis, p))
+        x = lax.dynamic_slice_in_dim(jnp.concatenate(pieces, axis=axis), d * p, s + p, axis=axis)
+    # 2. exchange: column group j of every device goes to device j.
+    blocks = (s + p) // (ndev * t)
+    grouped = _split_axis(x, axis, (blocks, ndev, t))
+    if ndev > 1:
+        grouped = lax.all_to_all(grouped, axis_name, axis + 1, axis)  # (ndev_src, blocks, t)
+    else:
+        grouped = jnp.swapaxes(grouped, axis, axis + 1)
+    # 3. drop the trailing all-padding slots.
+    return lax.slice_in_dim(_merge_axes(grouped, axis, 3), 0, plan.local_width, axis=axis)
+
+
+def undo_cyclic_1d_no_shardmap(x_bc, T_A: int, N: int, axis_name: str, axis: int = 1):
+    """Inverse of :func:`cyclic_1d_no_shardmap`: back to block sharding of an ``N x N`` matrix.
+
+    ``x_bc.shape[axis]`` must be the layout's local width ``L``; returns the block of width
+    ``N // ndev`` along ``axis``.
+    """
+    axis = _axis(x_bc, axis)
+    ndev = lax.axis_size(axis_name)
+    plan = CyclicPlan.make(N, ndev, T_A)
+    if x_bc.shape[axis] != plan.local_width:
+        raise ValueError(
+            f"the block-cyclic shard has {x_bc.shape[axis]} entries along axis {axis}, but N={N}"
+            f" on {ndev} devices with T_A={T_A} has local width {plan.local_width}."
+        )
+    if not plan.needs_relayout:
+        return x_bc
+    s, t, p = plan.shard_size, plan.tile, plan.padding
+    blocks = (s + p) // (ndev * t)
+    d = lax.axis_index(axis_name)
+    # 2'. exchange back: slot d*blocks + b returns to device d as column group (b, j).
+    x = jnp.concatenate([x_bc, _zeros_like_along(x_bc, axis, s + p - plan.local_width)], axis)
+    grouped = _split_axis(x, axis, (ndev, blocks, t))
+    if ndev > 1:
+        grouped = lax.all_to_all(grouped, axis_name, axis, axis + 1)  # (blocks, ndev, t)
+    else:
+        grouped = jnp.swapaxes(grouped, axis, axis + 1)
+    x = _merge_axes(grouped, axis, 3)
+    if not p:
+        return x
+    # 1'. shift back: device d takes the last d*p columns of device d-1.
+    pieces = [x]
+    if ndev > 1:
+        tail = lax.slice_in_dim(x, s + p - (ndev - 1) * p, s + p, axis=axis)
+        received = lax.ppermute(tail, axis_name, [(e, e + 1) for e in range(ndev - 1)])
+        pieces = [received, x]
+    start = (ndev - 1) * p - d * p
+    return lax.dynamic_slice_in_dim(jnp.concatenate(pieces, axis=axis), start, s, axis=axis)
+
+
+def _sharded_axis(sharding, fn: str) -> tuple[int, str]:
+    """(array axis, mesh axis name) of a matrix sharded over exactly one mesh axis."""
+    if not isinstance(sharding, NamedSharding):
+        raise TypeError(
+            f"{fn}: the array must carry a NamedSharding over a mesh, sharded by columns "
+            f"P(None, ax) or rows P(ax, None); got {sharding!r}. Place it with "
+            "jax.device_put(a, NamedSharding(mesh, P(None, 'x')))."
+        )
+    spec = tuple(sharding.spec) + (None,) * (2 - len(sharding.spec))
+    sharded = [(i, entry) for i, entry in enumerate(spec) if entry is not None]
+    names = []
+    for _, entry in sharded:
+        names.extend(entry if isinstance(entry, tuple) else (entry,))
+    if len(sharded) != 1 or len(names) != 1:
+        raise ValueError(
+            f"{fn}: the matrix must be sharded over exactly one mesh axis, by columns "
+            f"P(None, ax) or by rows P(ax, None); got {sharding.spec}."
+        )
+    return sharded[0][0], names[0]
+
+
+def _sharding_of(a, sharding, fn: str):
+    if sharding is not None:
+        return sharding
+    if not isinstance(a, jax.Array):
+        raise TypeError(
+            f"{fn}: expected a jax.Array sharded over a mesh, got {type(a).__name__}. Place it "
+            "with jax.device_put(a, NamedSharding(mesh, P(None, 'x')))."
+        )
+    concrete = getattr(a, "sharding", None)
+    if isinstance(concrete, NamedSharding):
+        return concrete
+    typed = getattr(jax.typeof(a), "sharding", None)
+    if typed is not None and typed.mesh.shape_tuple and any(e is not None for e in typed.spec):
+        return NamedSharding(typed.mesh, typed.spec)
+    if concrete is None:
+        raise ValueError(
+            f"{fn}: cannot read the sharding of a traced array on a mesh with Auto axes; pass "
+            "sharding=NamedSharding(mesh, spec), or use a mesh with Explicit axes."
+        )
+    return concrete  # _sharded_axis explains what is wrong with it
+
+
+@functools.partial(jax.jit, static_argnames=("T_A", "N", "mesh", "spec", "axis", "undo"))
+def _global(a, *, T_A, N, mesh, spec, axis, undo):
+    name = spec[axis]
+
+    def local(x):
+        if undo:
+            return undo_cyclic_1d_no_shardmap(x, T_A, N, name, axis=axis)
+        return cyclic_1d_no_shardmap(x, T_A, name, axis=axis)
+
+    return jax.shard_map(local, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False)(a)
+
+
+def _spec2(spec) -> P:
+    return P(*(tuple(spec) + (None,) * (2 - len(spec))))
+
+
+def cyclic_1d_layout(a, T_A: int, *, sharding: NamedSharding | None = None):
+    """Relayout a sharded ``N x N`` matrix to the 1D block-cyclic layout of cuSolverMg.
+
+    Args:
+        a: square ``jax.Array`` sharded over one mesh axis ``ax``, by columns ``P(None, ax)``
+            or by rows ``P(ax, None)``; other mesh axes replicate it. Mesh and axis are read
+            from ``a.sharding``.
+        T_A: tile width. ``T_A >= N / ndev`` needs no relayout: ``a`` is returned as is.
+        sharding: only needed under ``jax.jit`` on a mesh with Auto axes, where the sharding
+            of a traced array is unknown.
+
+    Returns:
+        An ``N x ndev*L`` (columns) or ``ndev*L x N`` (rows) array with the same sharding:
+        device ``j`` holds, in local slot ``m``, global tile ``j + m*ndev``, then zeros.
+
+    Raises:
+        ValueError: non-square ``a``, a sharding over other than exactly one mesh axis, or
+            an invalid ``T_A`` (the message names the nearest valid ones).
+    """
+    sharding = _sharding_of(a, sharding, "cyclic_1d_layout")
+    axis, name = _sharded_axis(sharding, "cyclic_1d_layout")
+    if a.ndim != 2 or a.shape[0] != a.shape[1]:
+        raise ValueError(f"cyclic_1d_layout: a must be a square matrix, got shape {a.shape}.")
+    N = a.shape[0]
+    ndev = sharding.mesh.shape[name]
+    if not CyclicPlan.make(N, ndev, T_A).needs_relayout:
+        return a
+    return _global(
+        a,
+        T_A=int(T_A),
+        N=N,
+        mesh=sharding.mesh,
+        spec=_spec2(sharding.spec),
+        axis=axis,
+        undo=False,
+    )
+
+
+def undo_cyclic_1d_layout(a_bc, T_A: int, N: int, *, sharding: NamedSharding | None = None):
+    """Inverse of :func:`cyclic_1d_layout`: the ``N x N`` matrix in block sharding again."""
+    sharding = _sharding_of(a_bc, sharding, "undo_cyclic_1d_layout")
+    axis, name = _sharded_axis(sharding, "undo_cyclic_1d_layout")
+    ndev = sharding.mesh.shape[name]
+    plan = CyclicPlan.make(N, ndev, T_A)
+    expected = [N, N]
+    expected[axis] = ndev * plan.local_width
+    if a_bc.ndim != 2 or tuple(a_bc.shape) != tuple(expected):
+        raise ValueError(
+            f"undo_cyclic_1d_layout: for N={N}, T_A={T_A} on {ndev} devices the block-cyclic "
+            f"array has shape {tuple(expected)}, got {tuple(a_bc.shape)}."
+        )
+    return _global(
+        a_bc,
+        T_A=int(T_A),
+        N=int(N),
+        mesh=sharding.mesh,
+        spec=_spec2(sharding.spec),
+        axis=axis,
+        undo=True,
+    )

@@ -26,9 +26,9 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
-import statistics
 import sys
-import time
+
+from _common import progress, timed
 
 ROUTINES = ("potrs", "potri", "syevd", "syevd_values")
 
@@ -61,28 +61,6 @@ def flops(routine: str, n: int, nrhs: int, complex_: bool) -> float:
     return count * (4 if complex_ else 1)
 
 
-def timed(fn, args, runs, warmup):
-    import jax
-
-    for _ in range(warmup):
-        jax.block_until_ready(fn(*args))
-    seconds = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        seconds.append(time.perf_counter() - start)
-    return statistics.median(seconds), min(seconds), max(seconds)
-
-
-def progress(done, total, label):
-    width = 30
-    filled = int(width * done / max(total, 1))
-    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label:40s}")
-    sys.stderr.flush()
-    if done == total:
-        sys.stderr.write("\n")
-
-
 def make_matrix(n, dtype, routine, seed=0):
     import numpy as np
 
@@ -112,9 +90,7 @@ def programs(routine, tile, mesh, nrhs):
         base = jax.jit(lambda a, b: jsl.cho_solve(jsl.cho_factor(a, lower=True), b))
 
         def check(a, b, x):
-            return np.linalg.norm(a @ x - b) / (
-                np.linalg.norm(a, 1) * np.linalg.norm(x) * eps_n(a)
-            )
+            return np.linalg.norm(a @ x - b) / (np.linalg.norm(a, 1) * np.linalg.norm(x) * eps_n(a))
 
         return mg, base, check, True
     if routine == "potri":
@@ -157,7 +133,8 @@ def memory(fn, args, devices):
 def run_case(routine, n, dtype, tile, ndev, args, all_devices):
     import jax
     import numpy as np
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     devices = all_devices[:ndev]
     mesh = jax.make_mesh((ndev,), ("x",), devices=devices)
@@ -200,7 +177,8 @@ def overhead_us(n, all_devices, runs):
     """Median wall time of one potrs call at tiny N: the per-call fixed cost."""
     import jax
     import numpy as np
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     import jaxmg
 
@@ -301,8 +279,14 @@ def main(argv=None):
     progress(len(cases), len(cases), "done")
     if args.overhead_n:
         fixed = overhead_us(args.overhead_n, all_devices, args.runs)
-        line = json.dumps({"overhead_potrs_us": fixed, "n": args.overhead_n,
-                           "ndev": len(all_devices), "platform": all_devices[0].platform})
+        line = json.dumps(
+            {
+                "overhead_potrs_us": fixed,
+                "n": args.overhead_n,
+                "ndev": len(all_devices),
+                "platform": all_devices[0].platform,
+            }
+        )
         print(line)
         if sink:
             sink.write(line + "\n")

@@ -16,6 +16,7 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import jaxmg_layout as jl
+from jaxmg_layout._plan import shift_applies
 
 COLS, ROWS = P(None, "x"), P("x", None)
 
@@ -77,9 +78,9 @@ def test_readme_100x100_four_devices():
 
 
 @pytest.mark.parametrize(
-    "shard, ndev, T_A_max, valid",
+    "shard, ndev, T_A_max, shift",
     [
-        # s=6, 2 devices: p = (-6) mod 2T; valid iff p <= 6 (or T >= 6).
+        # s=6, 2 devices: p = (-6) mod 2T; the shift applies iff p <= 6 (or T >= 6).
         (6, 2, 9, [1, 2, 3, 4, 5, 6, 7, 8]),
         # s=25, 4 devices: T=1 p=3 (9<=25), T=2 p=7 (21), T=3 p=11 (33 no), T=4 p=7 (21),
         # T=5 p=15 no, T=6 p=23 no, T=7 p=3 (9), T=8 p=7 (21), T=9..24 p>=11 no.
@@ -88,23 +89,21 @@ def test_readme_100x100_four_devices():
         (4, 4, 6, [1, 4, 5]),
     ],
 )
-def test_valid_tile_sizes_hand_worked(shard, ndev, T_A_max, valid):
-    assert jl.calculate_all_valid_T_A(shard, ndev, T_A_max) == valid
+def test_shift_relayout_applicability_hand_worked(shard, ndev, T_A_max, shift):
+    """Which tile sizes the one-ppermute shift takes; every tile size is valid."""
+    assert [t for t in range(1, T_A_max) if shift_applies(shard, t, ndev)] == shift
+    assert jl.calculate_all_valid_T_A(shard, ndev, T_A_max) == list(range(1, T_A_max))
+    for t in range(1, T_A_max):
+        plan = jl.CyclicPlan.make(shard * ndev, ndev, t)
+        assert plan.shift_relayout == (t in shift and t < shard)
 
 
 def test_nearest_valid_tile_sizes():
-    assert jl.calculate_valid_T_A(25, 5, 4, 30) == (4, 7)
+    assert jl.calculate_valid_T_A(25, 5, 4, 30) == (4, 6)
     assert jl.calculate_valid_T_A(25, 1, 4, 30) == (None, 2)
-    assert jl.calculate_valid_T_A(4, 2, 4, 5) == (1, 4)
-    assert jl.calculate_valid_T_A(4, 2, 4, 4) == (1, None)
-
-
-def test_invalid_tile_size_message_names_everything():
-    with pytest.raises(ValueError) as err:
-        jl.CyclicPlan.make(100, 4, 5)
-    message = str(err.value)
-    for text in ("T_A=5", "N=100", "ndev=4", "smaller=4", "larger=7"):
-        assert text in message
+    assert jl.calculate_valid_T_A(4, 4, 4, 5) == (3, None)
+    with pytest.raises(ValueError, match="at least as wide"):
+        jl.calculate_valid_T_A(3, 1, 4, 5)
 
 
 @pytest.mark.parametrize(
@@ -171,17 +170,15 @@ def _layout_case(N, ndev, T_A, form, dtype=np.float64, jit=False, axis_type=Axis
 @pytest.mark.parametrize("dtype", [np.float32, np.complex128])
 def test_layout_matches_reference(form, jit, dtype):
     ndev = jax.device_count()
-    for s, T_A in [(6, 2), (25, 4), (16, 1), (9, 4), (8, 8), (12, 5)]:
-        if s < ndev:
-            continue
-        if T_A not in jl.calculate_all_valid_T_A(s, ndev, s + 1):
-            continue
-        _layout_case(s * ndev, ndev, T_A, form, dtype, jit)
+    # Shift and gather relayouts, partial last tiles, tiles wider than the shard.
+    for s, T_A in [(6, 2), (25, 4), (25, 5), (16, 1), (9, 4), (8, 8), (12, 5), (10, 30)]:
+        if s >= ndev:
+            _layout_case(s * ndev, ndev, T_A, form, dtype, jit)
 
 
 def test_auto_axis_mesh():
     ndev = jax.device_count()
-    T_A = max(jl.calculate_all_valid_T_A(8, ndev, 8))  # the widest tile that still relayouts
+    T_A = 3
     _layout_case(8 * ndev, ndev, T_A, "cols", axis_type=AxisType.Auto)
 
 
@@ -202,7 +199,7 @@ def test_two_dimensional_mesh():
 def test_no_shardmap_inside_user_shard_map():
     ndev = jax.device_count()
     mesh = mesh_of(ndev)
-    N, T_A = 8 * ndev, max(jl.calculate_all_valid_T_A(8, ndev, 8))
+    N, T_A = 8 * ndev, 3
     A = np.arange(N * N, dtype=np.float64).reshape(N, N)
 
     @jax.jit
@@ -218,20 +215,19 @@ def test_no_shardmap_inside_user_shard_map():
     np.testing.assert_array_equal(np.asarray(back), A)
 
 
-def test_relayout_is_one_permute_and_one_all_to_all():
+@pytest.mark.parametrize("T_A", [4, 5])
+def test_relayout_collectives(T_A):
+    """Shift: one collective-permute and one all-to-all; gather: one all-to-all; no gathers."""
     ndev = jax.device_count()
     if ndev == 1:
         pytest.skip("no collectives on one device")
-    N, T_A = 25 * ndev, 4
-    if (
-        T_A not in jl.calculate_all_valid_T_A(25, ndev, 26)
-        or jl.calculate_padding(25, 4, ndev) == 0
-    ):
-        pytest.skip("this count needs no shift")
+    N = 25 * ndev
+    plan = jl.CyclicPlan.make(N, ndev, T_A)
     a = jax.device_put(jnp.ones((N, N)), NamedSharding(mesh_of(ndev), COLS))
     hlo = jax.jit(jl.cyclic_1d_layout, static_argnums=1).lower(a, T_A).compile().as_text()
     assert len(re.findall(r"\sall-to-all\(", hlo)) == 1
-    assert len(re.findall(r"\scollective-permute\(", hlo)) == 1
+    permutes = len(re.findall(r"\scollective-permute\(", hlo))
+    assert permutes == (1 if plan.shift_relayout and plan.padding else 0)
     assert "all-gather" not in hlo
 
 
@@ -274,40 +270,27 @@ def test_undo_rejects_wrong_width():
 
 
 @given(data=st.data())
-def test_property_valid_tiles_round_trip(data):
+def test_property_every_tile_round_trips(data):
     ndev = jax.device_count()
     s = data.draw(st.integers(ndev, max(ndev, 24)), label="shard")
-    valid = jl.calculate_all_valid_T_A(s, ndev, s + 3)
-    T_A = data.draw(st.sampled_from(valid), label="T_A")
+    T_A = data.draw(st.integers(1, s + 3), label="T_A")
     form = data.draw(st.sampled_from(["cols", "rows"]), label="form")
     _layout_case(s * ndev, ndev, T_A, form, np.float32)
 
 
 @given(s=st.integers(1, 200), ndev=st.integers(1, 16), T_A=st.integers(1, 220))
-def test_property_validity_and_suggestions(s, ndev, T_A):
+def test_property_plan_tables(s, ndev, T_A):
     if s < ndev:
         with pytest.raises(ValueError, match="at least as wide"):
             jl.CyclicPlan.make(s * ndev, ndev, T_A)
         return
-    valid = jl.calculate_all_valid_T_A(s, ndev, 221)
-    assert valid == sorted(valid)
-    # At least every tile size the one-ppermute relayout accepts is listed.
+    plan = jl.CyclicPlan.make(s * ndev, ndev, T_A)
     p = (-s) % (ndev * T_A)
-    if T_A >= s or (ndev - 1) * p <= s:
-        assert T_A in valid
-        plan = jl.CyclicPlan.make(s * ndev, ndev, T_A)
-        assert plan.local_width % plan.tile == 0
-        assert plan.local_width >= s and plan.local_width * ndev >= s * ndev
-        return
-    assert T_A not in valid
-    smaller, larger = jl.calculate_valid_T_A(s, T_A, ndev, s + 1)
-    with pytest.raises(ValueError, match=f"smaller={smaller}, larger={larger}"):
-        jl.CyclicPlan.make(s * ndev, ndev, T_A)
-    for suggestion in (smaller, larger):
-        if suggestion is not None:
-            jl.CyclicPlan.make(s * ndev, ndev, suggestion)
-    assert smaller is None or smaller < T_A
-    assert larger is None or larger > T_A
+    assert plan.shift_relayout == (T_A < s and (ndev - 1) * p <= s)
+    assert plan.local_width % plan.tile == 0 and plan.local_width >= s
+    cmap = plan.column_map()
+    real = np.sort(cmap[cmap >= 0])
+    np.testing.assert_array_equal(real, np.arange(s * ndev))  # a permutation plus padding
 
 
 def test_plot_layout():
@@ -317,4 +300,4 @@ def test_plot_layout():
     matplotlib.use("Agg")
     fig = jl.plot_layout(100, 4, 4)
     assert len(fig.axes) == 2
-    assert "padding 7" in fig.axes[1].get_title()
+    assert "12 zero columns in all" in fig.axes[1].get_title()

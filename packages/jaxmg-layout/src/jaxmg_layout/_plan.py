@@ -10,12 +10,16 @@ Naming (used throughout jaxmg):
 - global tile ``k`` (columns ``k*tile .. (k+1)*tile``) lives on device ``k % ndev`` in local
   slot ``k // ndev``; ``L = ceil(s / tile) * tile`` is every device's local width, zero
   columns after its last real tile.
-- ``p = (-s) mod (ndev * tile)``: the padding added to each shard by the relayout.
+- ``p = (-s) mod (ndev * tile)``: the padding added to each shard by the shift relayout.
 
-The relayout (:mod:`jaxmg_layout._relayout`) costs one ``ppermute`` and one ``all_to_all``.
-It shifts columns between neighbours so that all padding ends at the global right edge, which
-needs the last shard to donate ``(ndev - 1) * p`` columns: that is possible only when
-``(ndev - 1) * p <= s``, the tile-size validity rule.
+Every tile size is valid. The relayout (:mod:`jaxmg_layout._relayout`) has two strategies:
+
+- *shift* (the published one): one ``ppermute`` shifts columns between neighbours so that all
+  padding ends at the global right edge, then reshapes and one ``all_to_all`` finish. The last
+  shard must donate ``(ndev - 1) * p`` columns, so it applies only when
+  ``(ndev - 1) * p <= s`` (:attr:`CyclicPlan.shift_relayout`).
+- *gather*, for every other tile size: each device gathers the columns it owes each other
+  device, one ``all_to_all`` swaps them, a second gather orders them.
 """
 
 from __future__ import annotations
@@ -61,42 +65,39 @@ def calculate_padding(shard_size: int, T_A: int, ndev: int) -> int:
     return (-shard_size) % (ndev * T_A)
 
 
-def _is_valid(shard_size: int, T_A: int, ndev: int) -> bool:
+def shift_applies(shard_size: int, T_A: int, ndev: int) -> bool:
+    """Whether the one-ppermute shift relayout can produce tile ``T_A`` (or none is needed)."""
     if T_A >= shard_size:
         return True  # no relayout needed
     return (ndev - 1) * ((-shard_size) % (ndev * T_A)) <= shard_size
 
 
 def calculate_all_valid_T_A(shard_size: int, ndev: int, T_A_max: int) -> list[int]:
-    """Every tile size in ``[1, T_A_max)`` the relayout accepts, ascending.
+    """Every valid tile size in ``[1, T_A_max)``, ascending.
 
-    A tile size is valid when it is at least the shard size (no relayout) or when the last
-    shard can donate the padding of the others: ``(ndev - 1) * calculate_padding(...) <=
-    shard_size``.
+    jaxmg relayouts every tile size (the shift relayout where it applies, the gather relayout
+    elsewhere), so this is ``[1, ..., T_A_max - 1]``; it is kept for the original API. It
+    raises for shards narrower than ``ndev``.
     """
     shard_size = _positive_int(shard_size, "shard_size")
     ndev = _positive_int(ndev, "ndev")
     T_A_max = _positive_int(T_A_max, "T_A_max")
     _check_shard(shard_size, ndev)
-    return [t for t in range(1, T_A_max) if _is_valid(shard_size, t, ndev)]
+    return list(range(1, T_A_max))
 
 
 def calculate_valid_T_A(
     shard_size: int, T_A: int, ndev: int, T_A_max: int
 ) -> tuple[int | None, int | None]:
-    """The nearest valid tile sizes strictly below and above ``T_A`` (``None`` where none).
+    """The nearest valid tile sizes strictly below and above ``T_A`` in ``[1, T_A_max)``.
 
-    Only tile sizes in ``[1, T_A_max)`` are considered.
+    ``None`` where there is none. Every tile size is valid (see
+    :func:`calculate_all_valid_T_A`), so these are the neighbours of ``T_A`` within range.
     """
-    shard_size = _positive_int(shard_size, "shard_size")
     T_A = _positive_int(T_A, "T_A")
-    ndev = _positive_int(ndev, "ndev")
-    T_A_max = _positive_int(T_A_max, "T_A_max")
-    _check_shard(shard_size, ndev)
-    smaller = next(
-        (t for t in range(min(T_A, T_A_max) - 1, 0, -1) if _is_valid(shard_size, t, ndev)), None
-    )
-    larger = next((t for t in range(T_A + 1, T_A_max) if _is_valid(shard_size, t, ndev)), None)
+    valid = calculate_all_valid_T_A(shard_size, ndev, T_A_max)
+    smaller = max((t for t in valid if t < T_A), default=None)
+    larger = min((t for t in valid if t > T_A), default=None)
     return smaller, larger
 
 
@@ -120,7 +121,8 @@ class CyclicPlan:
         N, ndev, T_A: as requested.
         shard_size: ``N // ndev``, the columns per device in block sharding.
         tile: the tile width actually used, ``min(T_A, shard_size)``.
-        padding: zero columns added per shard by the relayout (0 when no relayout).
+        padding: ``calculate_padding(shard_size, tile, ndev)``, the zero columns the shift
+            relayout adds per shard (0 when no relayout is needed).
         local_width: ``L``, the columns per device in the block-cyclic layout.
         num_tiles: ``ceil(N / tile)``, the global tiles holding real columns.
         tile_owner, tile_slot: for global tile ``k``, its device ``k % ndev`` and local slot
@@ -142,9 +144,8 @@ class CyclicPlan:
 
         Raises:
             TypeError: a non-integer argument.
-            ValueError: ``N`` not divisible by ``ndev``; a shard narrower than ``ndev``; a
-                tile size the relayout cannot produce (the message names the nearest valid
-                smaller and larger ones).
+            ValueError: ``T_A <= 0``; ``N`` not divisible by ``ndev``; a shard narrower than
+                ``ndev``.
         """
         N = _positive_int(N, "N")
         ndev = _positive_int(ndev, "ndev")
@@ -156,16 +157,6 @@ class CyclicPlan:
             )
         s = N // ndev
         _check_shard(s, ndev)
-        if not _is_valid(s, T_A, ndev):
-            smaller, larger = calculate_valid_T_A(s, T_A, ndev, s + 1)
-            p = calculate_padding(s, T_A, ndev)
-            raise ValueError(
-                f"T_A={T_A} is not a valid tile size for N={N} on ndev={ndev} devices (shard "
-                f"size {s}): the relayout must move (ndev-1)*padding = {(ndev - 1) * p} columns "
-                f"but a shard has only {s}. Nearest valid tile sizes: smaller={smaller}, "
-                f"larger={larger} (any T_A >= {s} needs no relayout); "
-                "calculate_all_valid_T_A(shard_size, ndev, T_A_max) lists them all."
-            )
         tile = min(T_A, s)
         padding = calculate_padding(s, tile, ndev) if tile < s else 0
         local_width = math.ceil(s / tile) * tile
@@ -184,6 +175,11 @@ class CyclicPlan:
     def needs_relayout(self) -> bool:
         """False when the tile is at least the shard size: block sharding is already cyclic."""
         return self.T_A < self.shard_size
+
+    @property
+    def shift_relayout(self) -> bool:
+        """True when the one-ppermute shift relayout applies (else the gather relayout)."""
+        return self.needs_relayout and shift_applies(self.shard_size, self.T_A, self.ndev)
 
     @property
     def tiles_per_device(self) -> int:

@@ -78,7 +78,7 @@ def plot_layout(N: int, ndev: int, T_A: int, *, figsize=None):
     bottom.set_xlabel("local column (numbers: global tile)")
     bottom.set_title(
         f"1D block-cyclic, T_A={T_A} (tile {plan.tile}): local width {plan.local_width}, "
-        f"padding {plan.padding} per shard"
+        f"{ndev * plan.local_width - N} zero columns in all"
     )
     handles = [Patch(color=colours(d), label=f"from device {d}") for d in range(ndev)]
     handles.append(Patch(facecolor="0.85", hatch="///", edgecolor="0.5", label="padding"))

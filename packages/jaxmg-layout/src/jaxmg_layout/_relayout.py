@@ -22,6 +22,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -75,6 +76,8 @@ def cyclic_1d_no_shardmap(x, T_A: int, axis_name: str, axis: int = 1):
     plan = CyclicPlan.make(s * ndev, ndev, T_A)
     if not plan.needs_relayout:
         return x
+    if not plan.shift_relayout:
+        return _gather_exchange(x, _forward_tables(plan), axis_name, axis)
     t, p = plan.tile, plan.padding
     d = lax.axis_index(axis_name)
     # 1. shift: padding to the global right edge.
@@ -112,6 +115,8 @@ def undo_cyclic_1d_no_shardmap(x_bc, T_A: int, N: int, axis_name: str, axis: int
         )
     if not plan.needs_relayout:
         return x_bc
+    if not plan.shift_relayout:
+        return _gather_exchange(x_bc, _backward_tables(plan), axis_name, axis)
     s, t, p = plan.shard_size, plan.tile, plan.padding
     blocks = (s + p) // (ndev * t)
     d = lax.axis_index(axis_name)
@@ -133,6 +138,67 @@ def undo_cyclic_1d_no_shardmap(x_bc, T_A: int, N: int, axis_name: str, axis: int
         pieces = [received, x]
     start = (ndev - 1) * p - d * p
     return lax.dynamic_slice_in_dim(jnp.concatenate(pieces, axis=axis), start, s, axis=axis)
+
+
+@functools.lru_cache(maxsize=64)
+def _forward_tables(plan: CyclicPlan):
+    """Index tables of the general relayout, block -> cyclic (see :func:`_gather_exchange`)."""
+    s, t, ndev = plan.shard_size, plan.tile, plan.ndev
+    source = np.arange(ndev)[:, None]
+    column = np.arange(s)[None, :]
+    k, offset = np.divmod(source * s + column, t)  # global tile of each local column
+    dest, dest_col = np.broadcast_to(k % ndev, k.shape), (k // ndev) * t + offset
+    return _tables(dest, dest_col, plan.local_width, ndev)
+
+
+@functools.lru_cache(maxsize=64)
+def _backward_tables(plan: CyclicPlan):
+    """Index tables of the general relayout, cyclic -> block."""
+    cmap = plan.column_map()  # [ndev, L]: global column or -1
+    dest = np.where(cmap >= 0, cmap // plan.shard_size, -1)
+    return _tables(
+        dest, np.where(cmap >= 0, cmap % plan.shard_size, -1), plan.shard_size, plan.ndev
+    )
+
+
+def _tables(dest, dest_col, out_width, ndev):
+    """From "column c of device d goes to column dest_col[d, c] of device dest[d, c]" (-1: drop).
+
+    Returns ``(send, recv)``: ``send[d]`` lists, for each target device in turn, the local
+    columns device ``d`` sends there, padded to a common count ``q``; ``recv[j, l]`` is where
+    output column ``l`` of device ``j`` sits in what ``j`` received (``-1``: a zero column).
+    """
+    counts = np.zeros((ndev, ndev), np.int64)
+    for d in range(ndev):
+        counts[d] = np.bincount(dest[d][dest[d] >= 0], minlength=ndev)
+    q = max(int(counts.max()), 1)
+    send = np.zeros((ndev, ndev, q), np.int32)
+    recv = np.full((ndev, out_width), -1, np.int32)
+    for d in range(ndev):
+        for j in range(ndev):
+            cols = np.flatnonzero(dest[d] == j)  # ascending local column order
+            send[d, j, : cols.size] = cols
+            recv[j, dest_col[d, cols]] = d * q + np.arange(cols.size)
+    return send.reshape(ndev, ndev * q), recv
+
+
+def _gather_exchange(x, tables, axis_name, axis):
+    """The general relayout, valid for every tile size: gather, one all_to_all, gather.
+
+    Each device gathers the columns it owes every other device into one buffer of ``ndev``
+    equal chunks, one ``all_to_all`` swaps the chunks, and a second gather puts the received
+    columns in their final order (zeros for padding). Index tables are numpy constants.
+    """
+    send, recv = tables
+    d = lax.axis_index(axis_name)
+    outgoing = jnp.take(x, jnp.asarray(send)[d], axis=axis)
+    if send.shape[0] > 1:
+        outgoing = lax.all_to_all(outgoing, axis_name, axis, axis, tiled=True)
+    where = jnp.asarray(recv)[d]
+    gathered = jnp.take(outgoing, jnp.maximum(where, 0), axis=axis)
+    shape = [1] * x.ndim
+    shape[axis] = where.shape[0]
+    return jnp.where(where.reshape(shape) >= 0, gathered, jnp.zeros((), x.dtype))
 
 
 def _sharded_axis(sharding, fn: str) -> tuple[int, str]:

@@ -233,8 +233,8 @@ def potrs(A, b, T_A, mesh=None, in_specs=None, cyclic_1d=False, return_status=Fa
         one for column sharding, the upper one for row sharding.
       b: ``[N]`` or ``[N, nrhs]`` (any ``nrhs >= 1``), A's dtype; any sharding (it is
         replicated for the solve).
-      T_A: column tile size of the block-cyclic layout (cuSolverMg recommends 256 or more). It
-        must be one the relayout accepts: see :func:`jaxmg.calculate_all_valid_T_A`.
+      T_A: column tile size of the block-cyclic layout (cuSolverMg recommends 256 or more). Any
+        positive int; ``T_A >= N / ndev`` needs no relayout.
       mesh, in_specs: optional; read from ``A.sharding`` when omitted. ``in_specs`` is
         ``(spec_A, spec_b)``.
       cyclic_1d: ``A`` is already in the layout of ``cyclic_1d_layout(A, T_A)``. Data that is

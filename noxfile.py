@@ -5,6 +5,10 @@
 - ``lint``: ruff.
 - ``demo``: install and run ``python -m jaxmg demo``.
 - ``tsan``: the rendezvous and CPU twin under ThreadSanitizer.
+- ``bench``: the CPU benchmarks (solvers vs JAX on one device; layout round trip); arguments
+  after ``--`` go to ``benchmarks/solvers.py``.
+- ``gpu``: on a GPU machine, build against the installed CUDA, run the GPU tests with
+  ``JAXMG_REQUIRE_GPU=1`` and the GPU benchmarks (``benchmarks/gpu_validate.py``).
 """
 
 import os
@@ -39,7 +43,12 @@ def tests(session):
     for count in counts:
         session.log(f"--- {count} simulated CPU device(s) ---")
         session.run(
-            "python", "-m", "pytest", "tests", f"--num-cpu-devices={count}", "-q",
+            "python",
+            "-m",
+            "pytest",
+            "tests",
+            f"--num-cpu-devices={count}",
+            "-q",
             env={"PYTHONHASHSEED": "0"},
         )
 
@@ -56,6 +65,53 @@ def demo(session):
     """Install jaxmg and solve one system on every device (4 simulated CPUs without a GPU)."""
     install_jaxmg(session)
     session.run("python", "-m", "jaxmg", "demo", *session.posargs)
+
+
+@nox.session
+def bench(session):
+    """CPU benchmarks; results under benchmarks/results/."""
+    install_jaxmg(session, "plot")
+    results = ROOT / "benchmarks" / "results"
+    session.run(
+        "python",
+        "benchmarks/solvers.py",
+        "--cpu-devices",
+        "4",
+        *(
+            session.posargs
+            or [
+                "--routines",
+                "potrs",
+                "potri",
+                "syevd",
+                "syevd_values",
+                "--n",
+                "1024",
+                "2048",
+                "--tiles",
+                "128",
+                "256",
+                "--json",
+                str(results / "cpu_solvers.jsonl"),
+                "--markdown",
+                str(results / "cpu_solvers.md"),
+                "--plots",
+                str(results / "cpu_plots"),
+            ]
+        ),
+    )
+    session.run(
+        "python",
+        "benchmarks/layout_roundtrip.py",
+        "--json",
+        str(results / "layout_roundtrip_cpu.jsonl"),
+    )
+
+
+@nox.session(venv_backend="none")
+def gpu(session):
+    """GPU validation with the interpreter already on the GPU machine (offline, no venv)."""
+    session.run("python", "benchmarks/gpu_validate.py")
 
 
 @nox.session

@@ -1,0 +1,157 @@
+// What the CPU twin and the CUDA targets share above the library line: the call's geometry,
+// its checks, the meeting key, and status/NaN conventions.
+#ifndef JAXMG_COMMON_H_
+#define JAXMG_COMMON_H_
+
+#include <complex>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <sstream>
+#include <string>
+
+#include "rendezvous.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace jaxmg {
+
+namespace ffi = xla::ffi;
+
+constexpr int kMaxCudaDevices = 16;
+
+enum class Dtype { kF32, kF64, kC64, kC128 };
+
+// The 1D block-cyclic geometry of one call, as seen by one participant.
+struct Problem {
+  int64_t n = 0;         // global matrix size N
+  int64_t tile = 0;      // T_A
+  int64_t ndev = 0;      // participants (len(device_ids))
+  int64_t local = 0;     // L: local columns per device (multiple of tile)
+  int64_t nrhs = 0;      // potrs only
+  int64_t position = 0;  // this participant's mesh position
+  Dtype dtype = Dtype::kF32;
+  int64_t num_tiles() const { return (n + tile - 1) / tile; }
+};
+
+inline size_t ElementSize(Dtype d) {
+  switch (d) {
+    case Dtype::kF32: return 4;
+    case Dtype::kF64: return 8;
+    case Dtype::kC64: return 8;
+    case Dtype::kC128: return 16;
+  }
+  return 0;
+}
+
+inline size_t RealElementSize(Dtype d) {
+  return (d == Dtype::kF32 || d == Dtype::kC64) ? 4 : 8;
+}
+
+inline std::optional<Dtype> DtypeOf(ffi::DataType t) {
+  switch (t) {
+    case ffi::DataType::F32: return Dtype::kF32;
+    case ffi::DataType::F64: return Dtype::kF64;
+    case ffi::DataType::C64: return Dtype::kC64;
+    case ffi::DataType::C128: return Dtype::kC128;
+    default: return std::nullopt;
+  }
+}
+
+inline ffi::DataType RealTypeOf(Dtype d) {
+  return RealElementSize(d) == 4 ? ffi::DataType::F32 : ffi::DataType::F64;
+}
+
+// Narrow a 64-bit size to the library's int, or explain why not.
+inline std::optional<int> CheckedInt(int64_t value) {
+  if (value < 0 || value > std::numeric_limits<int>::max()) return std::nullopt;
+  return static_cast<int>(value);
+}
+
+// The key of a call's meeting: its device ids in mesh order plus the trace-time call id.
+inline std::string MeetingKey(const char* target, ffi::Span<const int64_t> device_ids,
+                              int64_t call_id) {
+  std::ostringstream key;
+  key << target << "#" << call_id << "[";
+  for (size_t i = 0; i < device_ids.size(); ++i) key << (i ? "," : "") << device_ids[i];
+  key << "]";
+  return key.str();
+}
+
+// Checks the local operand `a` ([L, N] row-major = column-major N x L) against the
+// attributes. Returns an error message, or "" when the call is well formed.
+inline std::string CheckMatrix(const char* target, ffi::AnyBuffer::Dimensions dims,
+                               ffi::DataType type, int64_t tile,
+                               ffi::Span<const int64_t> device_ids, int64_t position,
+                               Problem* p) {
+  std::ostringstream err;
+  err << target << ": ";
+  auto dtype = DtypeOf(type);
+  if (!dtype) {
+    err << "unsupported dtype; expected float32, float64, complex64 or complex128";
+    return err.str();
+  }
+  if (dims.size() != 2) {
+    err << "the local matrix block must have rank 2 ([L, N]), got rank " << dims.size();
+    return err.str();
+  }
+  p->dtype = *dtype;
+  p->local = dims[0];
+  p->n = dims[1];
+  p->tile = tile;
+  p->ndev = static_cast<int64_t>(device_ids.size());
+  p->position = position;
+  if (p->ndev < 1) {
+    err << "device_ids is empty";
+  } else if (tile < 1) {
+    err << "T_A must be positive, got " << tile;
+  } else if (p->n < 1) {
+    err << "N must be positive";
+  } else if (p->local % tile != 0) {
+    err << "the local width L=" << p->local << " is not a multiple of T_A=" << tile;
+  } else if (position < 0 || position >= p->ndev) {
+    err << "mesh position " << position << " is outside [0, " << p->ndev << ")";
+  } else if (!CheckedInt(p->n) || !CheckedInt(p->local) || !CheckedInt(tile)) {
+    err << "sizes beyond the 32-bit range of the library (N=" << p->n << ")";
+  } else {
+    // Tiles of this position: position, position + ndev, ... below num_tiles.
+    int64_t mine = p->num_tiles() > position ? (p->num_tiles() - position + p->ndev - 1) / p->ndev
+                                             : 0;
+    if (mine * tile > p->local) {
+      err << "position " << position << " owns " << mine << " tiles of width " << tile
+          << " but its block has only " << p->local << " columns";
+    } else {
+      return "";
+    }
+  }
+  return err.str();
+}
+
+inline ffi::Error Fail(const std::string& message) {
+  return ffi::Error(ffi::ErrorCode::kInternal, message);
+}
+
+template <typename T>
+struct NaNOf {
+  static T Value() { return std::numeric_limits<T>::quiet_NaN(); }
+};
+template <typename R>
+struct NaNOf<std::complex<R>> {
+  static std::complex<R> Value() {
+    return {std::numeric_limits<R>::quiet_NaN(), std::numeric_limits<R>::quiet_NaN()};
+  }
+};
+
+// Column-major tile copy between a device's local block and a contiguous N x N matrix. With
+// leading dimension N, a tile of w columns is one contiguous run of w*N elements.
+inline void ForEachTile(const Problem& p, int64_t device,
+                        const std::function<void(int64_t global_col, int64_t local_col,
+                                                 int64_t width)>& fn) {
+  for (int64_t k = device, m = 0; k < p.num_tiles(); k += p.ndev, ++m) {
+    int64_t width = std::min(p.tile, p.n - k * p.tile);
+    fn(k * p.tile, m * p.tile, width);
+  }
+}
+
+}  // namespace jaxmg
+
+#endif  // JAXMG_COMMON_H_

@@ -1,0 +1,94 @@
+// The subset of the CUDA runtime and cuSolverMg API jaxmg uses, declared here so the package
+// builds with no CUDA toolkit; the libraries are opened with dlopen at first GPU use.
+// Values and signatures follow cuda_runtime_api.h, library_types.h, cublas_api.h,
+// cusolver_common.h and cusolverMg.h; csrc/cuda_api_check.cc asserts the enum values against
+// the real headers whenever CMake finds them.
+#ifndef JAXMG_CUDA_API_H_
+#define JAXMG_CUDA_API_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+typedef struct CUstream_st* cudaStream_t;  // same spelling as the runtime's, for the FFI
+
+namespace jaxmg::cuda {
+
+using cudaError_t = int;
+using cusolverStatus_t = int;
+constexpr cudaError_t cudaSuccess = 0;
+constexpr cudaError_t cudaErrorPeerAccessAlreadyEnabled = 704;
+constexpr cusolverStatus_t CUSOLVER_STATUS_SUCCESS = 0;
+
+typedef struct cusolverMgContext* cusolverMgHandle_t;
+typedef void* cudaLibMgGrid_t;
+typedef void* cudaLibMgMatrixDesc_t;
+
+enum cusolverMgGridMapping_t { CUDALIBMG_GRID_MAPPING_ROW_MAJOR = 1, CUDALIBMG_GRID_MAPPING_COL_MAJOR = 0 };
+enum cudaDataType { CUDA_R_32F = 0, CUDA_R_64F = 1, CUDA_C_32F = 4, CUDA_C_64F = 5 };
+enum cublasFillMode_t { CUBLAS_FILL_MODE_LOWER = 0, CUBLAS_FILL_MODE_UPPER = 1 };
+enum cusolverEigMode_t { CUSOLVER_EIG_MODE_NOVECTOR = 0, CUSOLVER_EIG_MODE_VECTOR = 1 };
+enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDefault = 4 };
+
+// Function table filled by dlsym.
+struct Api {
+  // CUDA runtime
+  cudaError_t (*cudaGetDevice)(int*);
+  cudaError_t (*cudaSetDevice)(int);
+  cudaError_t (*cudaStreamSynchronize)(cudaStream_t);
+  cudaError_t (*cudaDeviceSynchronize)();
+  cudaError_t (*cudaMemcpy)(void*, const void*, size_t, cudaMemcpyKind);
+  cudaError_t (*cudaMemcpyAsync)(void*, const void*, size_t, cudaMemcpyKind, cudaStream_t);
+  cudaError_t (*cudaMemset)(void*, int, size_t);
+  cudaError_t (*cudaDeviceCanAccessPeer)(int*, int, int);
+  cudaError_t (*cudaDeviceEnablePeerAccess)(int, unsigned int);
+  const char* (*cudaGetErrorString)(cudaError_t);
+  cudaError_t (*cudaGetLastError)();
+  // cuSolverMg
+  cusolverStatus_t (*cusolverMgCreate)(cusolverMgHandle_t*);
+  cusolverStatus_t (*cusolverMgDestroy)(cusolverMgHandle_t);
+  cusolverStatus_t (*cusolverMgDeviceSelect)(cusolverMgHandle_t, int, int[]);
+  cusolverStatus_t (*cusolverMgCreateDeviceGrid)(cudaLibMgGrid_t*, int32_t, int32_t,
+                                                 const int32_t[], cusolverMgGridMapping_t);
+  cusolverStatus_t (*cusolverMgDestroyGrid)(cudaLibMgGrid_t);
+  cusolverStatus_t (*cusolverMgCreateMatrixDesc)(cudaLibMgMatrixDesc_t*, int64_t, int64_t,
+                                                 int64_t, int64_t, cudaDataType,
+                                                 const cudaLibMgGrid_t);
+  cusolverStatus_t (*cusolverMgDestroyMatrixDesc)(cudaLibMgMatrixDesc_t);
+  cusolverStatus_t (*cusolverMgPotrf_bufferSize)(cusolverMgHandle_t, cublasFillMode_t, int,
+                                                 void*[], int, int, cudaLibMgMatrixDesc_t,
+                                                 cudaDataType, int64_t*);
+  cusolverStatus_t (*cusolverMgPotrf)(cusolverMgHandle_t, cublasFillMode_t, int, void*[], int,
+                                      int, cudaLibMgMatrixDesc_t, cudaDataType, void*[],
+                                      int64_t, int*);
+  cusolverStatus_t (*cusolverMgPotrs_bufferSize)(cusolverMgHandle_t, cublasFillMode_t, int,
+                                                 int, void*[], int, int, cudaLibMgMatrixDesc_t,
+                                                 void*[], int, int, cudaLibMgMatrixDesc_t,
+                                                 cudaDataType, int64_t*);
+  cusolverStatus_t (*cusolverMgPotrs)(cusolverMgHandle_t, cublasFillMode_t, int, int, void*[],
+                                      int, int, cudaLibMgMatrixDesc_t, void*[], int, int,
+                                      cudaLibMgMatrixDesc_t, cudaDataType, void*[], int64_t,
+                                      int*);
+  cusolverStatus_t (*cusolverMgPotri_bufferSize)(cusolverMgHandle_t, cublasFillMode_t, int,
+                                                 void*[], int, int, cudaLibMgMatrixDesc_t,
+                                                 cudaDataType, int64_t*);
+  cusolverStatus_t (*cusolverMgPotri)(cusolverMgHandle_t, cublasFillMode_t, int, void*[], int,
+                                      int, cudaLibMgMatrixDesc_t, cudaDataType, void*[],
+                                      int64_t, int*);
+  cusolverStatus_t (*cusolverMgSyevd_bufferSize)(cusolverMgHandle_t, cusolverEigMode_t,
+                                                 cublasFillMode_t, int, void*[], int, int,
+                                                 cudaLibMgMatrixDesc_t, void*, cudaDataType,
+                                                 cudaDataType, int64_t*);
+  cusolverStatus_t (*cusolverMgSyevd)(cusolverMgHandle_t, cusolverEigMode_t, cublasFillMode_t,
+                                      int, void*[], int, int, cudaLibMgMatrixDesc_t, void*,
+                                      cudaDataType, cudaDataType, void*[], int64_t, int*);
+};
+
+// Set where to look (NVIDIA wheel lib folders first); then the system loader's own search.
+void SetLibraryDirs(const std::vector<std::string>& dirs);
+// The loaded API, or nullptr with `error` saying what was tried.
+const Api* Load(std::string* error);
+
+}  // namespace jaxmg::cuda
+
+#endif  // JAXMG_CUDA_API_H_

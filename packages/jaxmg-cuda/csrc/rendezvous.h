@@ -1,0 +1,105 @@
+// The multi-device meeting point of jaxmg's FFI handlers.
+//
+// XLA calls a handler once per device, on distinct threads, concurrently. The handlers of one
+// call meet here: each publishes its pointers (a Slot) at its mesh position, then one leader
+// -- whichever participant arrives last at a phase -- runs the library for all of them while
+// the others wait. A call may have several phases (the CUDA path: publish -> workspace size ->
+// allocate -> run). Rules (see ../README.md):
+//   * every wait for the *arrival* of the others has a deadline (JAXMG_TIMEOUT_S, default 60s,
+//     read per call); on expiry every waiting participant returns an error naming what it
+//     waited for, and the meeting is retired so the next call starts fresh;
+//   * once everyone has arrived the leader works with the others' buffers, so nobody returns
+//     before the leader is done (that wait is for computation, not for a peer);
+//   * an error seen by any participant reaches all of them;
+//   * meetings are keyed by the call (its device ids and trace-time call id) plus a
+//     generation, so consecutive runs of one executable and calls on disjoint device sets
+//     never share state; nothing depends on which thread serves which device.
+#ifndef JAXMG_RENDEZVOUS_H_
+#define JAXMG_RENDEZVOUS_H_
+
+#include <array>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace jaxmg {
+
+// What one participant publishes. Pointers are device pointers on GPU, host pointers on CPU.
+struct Slot {
+  bool arrived = false;
+  int device = -1;                 // device ordinal (CUDA) or -1
+  std::array<void*, 6> ptr{};      // operand/result buffers, meaning fixed per target
+  void* workspace = nullptr;       // per-device workspace (CUDA)
+};
+
+// Result of a meeting phase for one participant.
+struct Outcome {
+  bool ok = true;
+  std::string message;
+  static Outcome Fail(std::string m) { return Outcome{false, std::move(m)}; }
+};
+
+double TimeoutSeconds();  // JAXMG_TIMEOUT_S, default 60
+
+class Meeting : public std::enable_shared_from_this<Meeting> {
+ public:
+  Meeting(std::string key, int participants)
+      : key_(std::move(key)), n_(participants), slots_(participants) {}
+
+  int participants() const { return n_; }
+  const std::string& key() const { return key_; }
+
+  // Publish this participant's slot (phase 0) or update it (later phases).
+  void Publish(int position, const Slot& slot);
+  Slot Get(int position);
+  std::vector<Slot> Slots();  // a snapshot, in mesh order
+
+  // Arrive at `phase`; the last to arrive runs `leader` (with the lock released) and its
+  // outcome becomes everyone's. `own` carries this participant's own failure, if any: it is
+  // reported to everybody. Blocks until the phase completes, fails, or the arrival deadline
+  // passes.
+  Outcome Phase(int phase, Outcome own, const std::function<Outcome()>& leader);
+
+  // Shared scalars the leader computes for the others (e.g. workspace sizes, status).
+  int64_t shared[4] = {0, 0, 0, 0};
+
+ private:
+  friend class Registry;
+  std::string key_;
+  int n_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Slot> slots_;
+  std::map<int, int> arrived_;          // phase -> arrivals
+  std::map<int, bool> done_;            // phase -> leader finished
+  bool failed_ = false;
+  std::string error_;
+};
+
+// Hands out the open meeting of a call; a meeting leaves the registry once full (all
+// participants joined) or when it fails, so the next run of the same call gets a new one.
+class Registry {
+ public:
+  static Registry& Get();
+  std::shared_ptr<Meeting> Join(const std::string& key, int participants);
+  void Retire(const std::shared_ptr<Meeting>& meeting);
+  size_t open_meetings();
+
+ private:
+  struct Open {
+    std::shared_ptr<Meeting> meeting;
+    int joined = 0;
+  };
+  std::mutex mu_;
+  std::map<std::string, Open> open_;
+};
+
+}  // namespace jaxmg
+
+#endif  // JAXMG_RENDEZVOUS_H_

@@ -1,0 +1,17 @@
+"""jaxmg-cuda: the native XLA FFI targets of jaxmg.
+
+``jaxmg_potrs``, ``jaxmg_potri`` and ``jaxmg_syevd`` are registered at import for the CPU
+(the LAPACK twin) and, when built with CUDA support, for CUDA (cuSolverMg, loaded at first
+GPU use). The wrappers below are meant to be called on local shards inside ``jax.shard_map``;
+the operand contract is in this package's README.
+"""
+
+from ._ops import (
+    has_cuda_support as has_cuda_support,
+    mg_potri as mg_potri,
+    mg_potrs as mg_potrs,
+    mg_syevd as mg_syevd,
+    open_meetings as open_meetings,
+)
+
+__version__ = "0.1.0"

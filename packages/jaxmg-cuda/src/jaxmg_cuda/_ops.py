@@ -1,0 +1,108 @@
+"""Python wrappers of the FFI targets, and their registration (once, at import)."""
+
+from __future__ import annotations
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _jaxmg_cuda, _libraries
+
+_TARGETS = ("jaxmg_potrs", "jaxmg_potri", "jaxmg_syevd")
+# A new id per traced call: the handlers of one call meet under (device ids, call id), so
+# two calls in one program never meet each other.
+_call_ids = itertools.count(1)
+
+
+def _register_lapack() -> None:
+    from scipy.linalg.cython_lapack import __pyx_capi__ as capsules
+
+    names = [f"{p}{r}" for p in "sdcz" for r in ("potrf", "potrs", "potri")]
+    names += ["ssyevd", "dsyevd", "cheevd", "zheevd"]
+    for name in names:
+        _jaxmg_cuda.register_lapack(name, capsules[name])
+
+
+def _register_targets() -> None:
+    for name, capsule in _jaxmg_cuda.cpu_targets().items():
+        jax.ffi.register_ffi_target(name, capsule, platform="cpu")
+    for name, capsule in _jaxmg_cuda.cuda_targets().items():
+        jax.ffi.register_ffi_target(name, capsule, platform="CUDA")
+    if _jaxmg_cuda.has_cuda():
+        _jaxmg_cuda.set_cuda_library_dirs(_libraries.candidate_dirs())
+
+
+_register_lapack()
+_register_targets()
+
+
+def has_cuda_support() -> bool:
+    """Whether this build contains the cuSolverMg targets (the CUDA libraries themselves are
+    looked for only when a GPU call runs)."""
+    return bool(_jaxmg_cuda.has_cuda())
+
+
+def open_meetings() -> int:
+    """Calls whose participants are still gathering (0 between calls; for tests)."""
+    return int(_jaxmg_cuda.open_meetings())
+
+
+def _attrs(T_A, device_ids):
+    return dict(
+        T_A=np.int64(T_A),
+        device_ids=np.asarray(device_ids, dtype=np.int64).reshape(-1),
+        call_id=np.int64(next(_call_ids)),
+    )
+
+
+def _status():
+    return jax.ShapeDtypeStruct((1,), jnp.int32)
+
+
+def _like(x):
+    return jax.ShapeDtypeStruct(x.shape, x.dtype)
+
+
+def mg_potrs(a, b, position, *, T_A, device_ids):
+    """Cholesky solve on local block-cyclic shards; returns ``(factor, x, status)``.
+
+    ``a``: ``[L, N]`` local shard (column-major ``N x L``, tile ``T_A``); ``b``: ``[nrhs, N]``,
+    the same on every device; ``position``: this device's index on the mesh axis. ``x`` is
+    the full solution on every device; NaN where ``status != 0``.
+    """
+    call = jax.ffi.ffi_call(
+        "jaxmg_potrs",
+        (_like(a), _like(b), _status()),
+        input_output_aliases={0: 0, 1: 1},
+        vmap_method="sequential",
+    )
+    return call(a, b, jnp.asarray(position, jnp.int32), **_attrs(T_A, device_ids))
+
+
+def mg_potri(a, position, *, T_A, device_ids):
+    """Inverse from the Cholesky factor; returns ``(a_inv, status)``: the lower triangle of
+    the inverse in the same layout (upper triangle unspecified), NaN where ``status != 0``."""
+    call = jax.ffi.ffi_call(
+        "jaxmg_potri",
+        (_like(a), _status()),
+        input_output_aliases={0: 0},
+        vmap_method="sequential",
+    )
+    return call(a, jnp.asarray(position, jnp.int32), **_attrs(T_A, device_ids))
+
+
+def mg_syevd(a, position, *, T_A, device_ids, vectors=True):
+    """Hermitian eigensolver; returns ``(v, w, status)``: eigenvectors overwrite the shard
+    (unspecified when ``vectors=False``), ``w`` the ascending eigenvalues on every device."""
+    real = jnp.finfo(a.dtype).dtype
+    call = jax.ffi.ffi_call(
+        "jaxmg_syevd",
+        (_like(a), jax.ShapeDtypeStruct((a.shape[1],), real), _status()),
+        input_output_aliases={0: 0},
+        vmap_method="sequential",
+    )
+    return call(
+        a, jnp.asarray(position, jnp.int32), vectors=bool(vectors), **_attrs(T_A, device_ids)
+    )

@@ -95,7 +95,9 @@ def main(argv=None):
         rows.append(row)
     progress(len(cases), len(cases), "done")
 
-    print("| N | ndev | T_A | relayout | round trip ms | copy ms | ratio (<=3) | temp/shard (<=2) |")
+    print(
+        "| N | ndev | T_A | relayout | round trip ms | copy ms | ratio (<=3) | temp/shard (<=2) |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         if "skipped" in r:

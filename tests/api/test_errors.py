@@ -1,10 +1,11 @@
-"""Bad input raises before any device work, naming the argument, what it got and what is accepted."""
+"""Bad input raises before any device work, naming the argument, what it got, what is accepted."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import jaxmg
 
@@ -32,7 +33,9 @@ def test_not_2d(mesh):
 
 
 def test_b_wrong_rows(a):
-    with pytest.raises(ValueError, match=r"b must have shape \[\d+\] or \[\d+, nrhs\].*got \(5, 1\)"):
+    with pytest.raises(
+        ValueError, match=r"b must have shape \[\d+\] or \[\d+, nrhs\].*got \(5, 1\)"
+    ):
         jaxmg.potrs(a, jnp.ones((5, 1)), 2)
 
 

@@ -7,7 +7,8 @@ skip; ``JAXMG_REQUIRE_GPU=1`` (set by ``nox -s gpu``) turns the skip into a fail
 import jax
 import numpy as np
 import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import jaxmg
 
@@ -57,9 +58,7 @@ def test_gpu_potri(gpu_mesh, dtype):
     )
     assert int(status[0]) == 0
     x = np.asarray(inv)
-    r = np.linalg.norm(a_host @ x - np.eye(n)) / (
-        np.linalg.norm(a_host, 1) * np.linalg.norm(x, 1)
-    )
+    r = np.linalg.norm(a_host @ x - np.eye(n)) / (np.linalg.norm(a_host, 1) * np.linalg.norm(x, 1))
     assert scaled(r, n, dtype) < 30
 
 

@@ -8,8 +8,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
-from jax.sharding import NamedSharding, PartitionSpec as P
+from hypothesis import given
+from hypothesis import strategies as st
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import jaxmg
 
@@ -223,8 +225,8 @@ def test_vmap_runs_sequentially():
     n = size_for(mesh.size)
     mats = np.stack([hpd(n, np.float64, seed=s) for s in range(3)])
     rhs = np.ones((3, n, 1))
-    out = jax.vmap(
-        lambda a, b: jaxmg.potrs(a, b, 4, mesh=mesh, in_specs=(P(None, "x"), P()))
-    )(jnp.asarray(mats), jnp.asarray(rhs))
+    out = jax.vmap(lambda a, b: jaxmg.potrs(a, b, 4, mesh=mesh, in_specs=(P(None, "x"), P())))(
+        jnp.asarray(mats), jnp.asarray(rhs)
+    )
     for k in range(3):
         np.testing.assert_allclose(np.asarray(out[k]), np.linalg.solve(mats[k], rhs[k]), rtol=1e-9)

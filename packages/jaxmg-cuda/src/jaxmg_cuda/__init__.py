@@ -8,9 +8,17 @@ the operand contract is in this package's README.
 
 from ._ops import (
     has_cuda_support as has_cuda_support,
+)
+from ._ops import (
     mg_potri as mg_potri,
+)
+from ._ops import (
     mg_potrs as mg_potrs,
+)
+from ._ops import (
     mg_syevd as mg_syevd,
+)
+from ._ops import (
     open_meetings as open_meetings,
 )
 

@@ -10,19 +10,39 @@ Importing jaxmg changes no global JAX setting.
 
 from jaxmg_layout import (
     calculate_all_valid_T_A as calculate_all_valid_T_A,
+)
+from jaxmg_layout import (
     calculate_padding as calculate_padding,
+)
+from jaxmg_layout import (
     calculate_valid_T_A as calculate_valid_T_A,
+)
+from jaxmg_layout import (
     cyclic_1d_layout as cyclic_1d_layout,
+)
+from jaxmg_layout import (
     plot_layout as plot_layout,
+)
+from jaxmg_layout import (
     undo_cyclic_1d_layout as undo_cyclic_1d_layout,
 )
 
 from ._solvers import (
     potri as potri,
+)
+from ._solvers import (
     potri_no_shardmap as potri_no_shardmap,
+)
+from ._solvers import (
     potrs as potrs,
+)
+from ._solvers import (
     potrs_no_shardmap as potrs_no_shardmap,
+)
+from ._solvers import (
     syevd as syevd,
+)
+from ._solvers import (
     syevd_no_shardmap as syevd_no_shardmap,
 )
 

@@ -33,9 +33,9 @@ def main(argv=None) -> int:
 
     jax.config.update("jax_num_cpu_devices", args.cpu_devices)
     jax.config.update("jax_enable_x64", True)
-    import jax.numpy as jnp
     import numpy as np
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     import jaxmg
 

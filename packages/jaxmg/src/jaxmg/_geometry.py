@@ -12,7 +12,8 @@ from typing import Literal
 
 import jax
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 Form = Literal["cols", "rows"]
 

@@ -24,13 +24,13 @@ import functools
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import jaxmg_layout
 
 from . import _checks, _geometry
 from ._native import backend_for
-
 
 # --- local (per-device) building blocks, used inside shard_map ------------------------------
 
@@ -81,9 +81,7 @@ def _hermitian_from_triangle(z, axis_name, form):
 
 
 def _relayout(a, T_A, geometry):
-    return jaxmg_layout.cyclic_1d_no_shardmap(
-        a, T_A, geometry.axis, axis=geometry.sharded_dim
-    )
+    return jaxmg_layout.cyclic_1d_no_shardmap(a, T_A, geometry.axis, axis=geometry.sharded_dim)
 
 
 def _undo(a, T_A, n, geometry):
@@ -159,9 +157,7 @@ def _placed(x, mesh, spec):
 
 @functools.partial(jax.jit, static_argnames=("T_A", "n", "cyclic", "geometry", "fn"))
 def _potrs_program(a, b, *, T_A, n, cyclic, geometry, fn):
-    body = functools.partial(
-        _potrs_local, T_A=T_A, n=n, cyclic=cyclic, geometry=geometry, fn=fn
-    )
+    body = functools.partial(_potrs_local, T_A=T_A, n=n, cyclic=cyclic, geometry=geometry, fn=fn)
     return jax.shard_map(
         body,
         mesh=geometry.mesh,
@@ -173,9 +169,7 @@ def _potrs_program(a, b, *, T_A, n, cyclic, geometry, fn):
 
 @functools.partial(jax.jit, static_argnames=("T_A", "n", "cyclic", "geometry", "fn"))
 def _potri_program(a, *, T_A, n, cyclic, geometry, fn):
-    body = functools.partial(
-        _potri_local, T_A=T_A, n=n, cyclic=cyclic, geometry=geometry, fn=fn
-    )
+    body = functools.partial(_potri_local, T_A=T_A, n=n, cyclic=cyclic, geometry=geometry, fn=fn)
     return jax.shard_map(
         body,
         mesh=geometry.mesh,
@@ -185,9 +179,7 @@ def _potri_program(a, *, T_A, n, cyclic, geometry, fn):
     )(_placed(a, geometry.mesh, geometry.spec))
 
 
-@functools.partial(
-    jax.jit, static_argnames=("T_A", "n", "cyclic", "vectors", "geometry", "fn")
-)
+@functools.partial(jax.jit, static_argnames=("T_A", "n", "cyclic", "vectors", "geometry", "fn"))
 def _syevd_program(a, *, T_A, n, cyclic, vectors, geometry, fn):
     body = functools.partial(
         _syevd_local, T_A=T_A, n=n, cyclic=cyclic, vectors=vectors, geometry=geometry, fn=fn
@@ -254,7 +246,9 @@ def potrs(A, b, T_A, mesh=None, in_specs=None, cyclic_1d=False, return_status=Fa
     geometry, n, T_A, dtype = _prepare(A, T_A, mesh, in_specs, cyclic_1d, fn, n_specs=2)
     b_shape = _checks.rhs_shape(b, n, dtype, fn)
     b2 = b.reshape(n, -1)
-    x, status = _potrs_program(A, b2, T_A=T_A, n=n, cyclic=bool(cyclic_1d), geometry=geometry, fn=fn)
+    x, status = _potrs_program(
+        A, b2, T_A=T_A, n=n, cyclic=bool(cyclic_1d), geometry=geometry, fn=fn
+    )
     x = x.reshape(b_shape)
     return (x, status) if return_status else x
 

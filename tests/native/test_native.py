@@ -1,0 +1,280 @@
+"""The native targets of jaxmg_cuda, called directly through jax.ffi inside shard_map.
+
+The block-cyclic operands are built here with a small numpy loop (independent of
+jaxmg_layout) and results are checked against numpy with LAPACK-style scaled residuals. The
+CPU twin runs the same rendezvous as the CUDA targets, so these tests exercise the
+multi-device machinery on every simulated device count.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import jaxmg_cuda
+
+DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
+ROWS = P("x", None)
+
+
+def eps(dtype):
+    return np.finfo(dtype).eps
+
+
+def to_cyclic(A, ndev, tile):
+    """Global [ndev*L, N] array whose row block d is device d's column-major N x L block."""
+    n = A.shape[0]
+    s = n // ndev
+    width = -(-s // tile) * tile
+    out = np.zeros((ndev * width, n), A.dtype)
+    for col in range(n):
+        k, offset = divmod(col, tile)
+        out[(k % ndev) * width + (k // ndev) * tile + offset, :] = A[:, col]
+    return out
+
+
+def from_cyclic(out, n, ndev, tile):
+    s = n // ndev
+    width = -(-s // tile) * tile
+    A = np.zeros((n, n), out.dtype)
+    for col in range(n):
+        k, offset = divmod(col, tile)
+        A[:, col] = out[(k % ndev) * width + (k // ndev) * tile + offset, :]
+    return A
+
+
+def hermitian_pd(n, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    m = rng.standard_normal((n, n))
+    if np.dtype(dtype).kind == "c":
+        m = m + 1j * rng.standard_normal((n, n))
+    return (m @ m.conj().T / n + np.eye(n)).astype(dtype)
+
+
+def run(routine, A, tile, devices, b=None, vectors=True, device_ids=None):
+    """One native call on ``devices``; returns host numpy outputs."""
+    ndev = len(devices)
+    mesh = jax.make_mesh((ndev,), ("x",), devices=devices)
+    ids = [d.id for d in devices] if device_ids is None else device_ids
+    a = jax.device_put(to_cyclic(A, ndev, tile), NamedSharding(mesh, ROWS))
+
+    def local(a, *rest):
+        pos = jax.lax.axis_index("x")
+        if routine == "potrs":
+            return jaxmg_cuda.mg_potrs(a, rest[0], pos, T_A=tile, device_ids=ids)
+        if routine == "potri":
+            return jaxmg_cuda.mg_potri(a, pos, T_A=tile, device_ids=ids)
+        return jaxmg_cuda.mg_syevd(a, pos, T_A=tile, device_ids=ids, vectors=vectors)
+
+    # Results that are "the same on every device" come back stacked per device, so the test
+    # sees every device's copy.
+    per_device = P("x")
+    if routine == "potrs":
+        args = (a, jax.device_put(b, NamedSharding(mesh, P())))
+        in_specs = (ROWS, P())
+        out_specs = (ROWS, per_device, per_device)
+    elif routine == "potri":
+        args, in_specs, out_specs = (a,), (ROWS,), (ROWS, per_device)
+    else:
+        args, in_specs, out_specs = (a,), (ROWS,), (ROWS, per_device, per_device)
+
+    def stacked(*xs):
+        outs = local(*xs)
+        return tuple(o if i == 0 else o[None] for i, o in enumerate(outs))
+
+    fn = jax.jit(
+        jax.shard_map(stacked, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
+    )
+    return [np.asarray(o) for o in fn(*args)]
+
+
+def scaled_residual(A, x, b):
+    n = A.shape[0]
+    return np.linalg.norm(A @ x - b) / (
+        np.linalg.norm(A, 1) * max(np.linalg.norm(x), 1e-300) * n * eps(A.dtype)
+    )
+
+
+def sizes(ndev):
+    """(N, T_A) cases: a partial last tile, several tiles per device, one tile per device."""
+    return [(ndev * 10, 3), (ndev * 8, 4), (ndev * 5, 5)]
+
+
+@pytest.fixture(params=["cpu", "gpu"])
+def devices(request):
+    if request.param == "gpu":
+        return request.getfixturevalue("gpu_devices")  # skip reason says: never run on GPU
+    return jax.devices("cpu")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_potrs(devices, dtype):
+    for n, tile in sizes(len(devices)):
+        A = hermitian_pd(n, dtype, seed=n)
+        B = np.random.default_rng(1).standard_normal((n, 3)).astype(dtype)
+        factor, x, status = run("potrs", A, tile, devices, b=np.ascontiguousarray(B.T))
+        assert (status == 0).all()
+        for xd in x:  # every device holds the full solution
+            assert scaled_residual(A, xd.T, B) < 30
+        L = np.tril(from_cyclic(factor, n, len(devices), tile))
+        np.testing.assert_allclose(L, np.linalg.cholesky(A), atol=1e3 * eps(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_potri(devices, dtype):
+    for n, tile in sizes(len(devices)):
+        A = hermitian_pd(n, dtype, seed=n)
+        inv, status = run("potri", A, tile, devices)
+        assert (status == 0).all()
+        lower = np.tril(from_cyclic(inv, n, len(devices), tile))
+        full = lower + np.tril(lower, -1).conj().T
+        r = np.linalg.norm(full @ A - np.eye(n)) / (
+            np.linalg.norm(A, 1) * np.linalg.norm(full, 1) * n * eps(dtype)
+        )
+        assert r < 30
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("vectors", [True, False], ids=["vectors", "values"])
+def test_syevd(devices, dtype, vectors):
+    for n, tile in sizes(len(devices)):
+        M = hermitian_pd(n, dtype, seed=n)
+        A = ((M + M.conj().T) / 2 - 1.5 * np.eye(n)).astype(dtype)  # indefinite is fine
+        v, w, status = run("syevd", A, tile, devices, vectors=vectors)
+        assert (status == 0).all()
+        expected = np.linalg.eigvalsh(
+            A.astype(np.complex128 if A.dtype.kind == "c" else np.float64)
+        )
+        for wd in w:
+            assert wd.dtype == np.finfo(dtype).dtype
+            assert np.all(np.diff(wd) >= 0)
+            np.testing.assert_allclose(
+                wd, expected, atol=30 * n * eps(dtype) * np.abs(expected).max()
+            )
+        if vectors:
+            V = from_cyclic(v, n, len(devices), tile)
+            orth = np.linalg.norm(V.conj().T @ V - np.eye(n)) / (n * eps(dtype))
+            assert orth < 30
+            res = np.linalg.norm(A @ V - V * w[0]) / (np.linalg.norm(A, 1) * n * eps(dtype))
+            assert res < 30
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex64])
+def test_not_positive_definite_gives_status_and_nan(devices, dtype):
+    n, tile = 6 * len(devices), 2
+    A = hermitian_pd(n, dtype)
+    A[3, 3] = -100  # leading minor of order 4 is not positive definite
+    _, x, status = run("potrs", A, tile, devices, b=np.ones((1, n), dtype))
+    assert (status == 4).all()  # LAPACK's info on every device
+    assert np.isnan(x).all()
+    inv, status = run("potri", A, tile, devices)
+    assert (status == 4).all()
+    assert np.isnan(from_cyclic(inv, n, len(devices), tile)).all()
+
+
+def test_many_consecutive_calls(cpu_devices):
+    """200 calls, varying N, T_A and dtype: all correct, no deadlock, nothing left open."""
+    ndev = len(cpu_devices)
+    rng = np.random.default_rng(0)
+    for i in range(200):
+        n = ndev * int(rng.integers(2, 6))
+        tile = int(rng.integers(1, n // ndev + 1))
+        dtype = DTYPES[i % 4]
+        A = hermitian_pd(n, dtype, seed=i)
+        b = np.ones((1, n), dtype)
+        _, x, status = run("potrs", A, tile, cpu_devices, b=b)
+        assert (status == 0).all(), i
+        assert scaled_residual(A, x[0].T, b.T) < 30, i
+    assert jaxmg_cuda.open_meetings() == 0
+
+
+FAULT_SCRIPT = textwrap.dedent(
+    """
+    import sys, time
+    sys.path.insert(0, {here!r})
+    import jax
+    jax.config.update("jax_num_cpu_devices", {ndev})
+    import numpy as np
+    import test_native as t
+    devices = jax.devices("cpu")
+    A = t.hermitian_pd(4 * len(devices), np.float64)
+    start = time.monotonic()
+    try:
+        # One more participant than devices: the call can never gather everyone.
+        t.run("potrs", A, 2, devices, b=np.ones((1, A.shape[0])),
+              device_ids=[d.id for d in devices] + [99])
+    except Exception as err:
+        print("FAILED-AS-EXPECTED", round(time.monotonic() - start, 1), str(err)[:2000])
+    else:
+        print("NO-ERROR")
+    _, x, status = t.run("potrs", A, 2, devices, b=np.ones((1, A.shape[0])))
+    print("NEXT-CALL", int(status.max()), bool(np.isfinite(x).all()))
+    import jaxmg_cuda
+    print("OPEN", jaxmg_cuda.open_meetings())
+    """
+)
+
+
+def test_missing_participant_fails_everyone_within_deadline(cpu_devices):
+    script = FAULT_SCRIPT.format(here=os.path.dirname(__file__), ndev=len(cpu_devices))
+    env = dict(os.environ, JAXMG_TIMEOUT_S="2")
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    out = done.stdout
+    assert "FAILED-AS-EXPECTED" in out, out + done.stderr
+    assert "timed out after 2 s" in out
+    assert f"{len(cpu_devices)} of {len(cpu_devices) + 1} arrived" in out
+    seconds = float(out.split("FAILED-AS-EXPECTED")[1].split()[0])
+    assert seconds < 30
+    assert "NEXT-CALL 0 True" in out
+    assert "OPEN 0" in out
+
+
+def test_bad_operand_reaches_every_participant(cpu_devices):
+    """A malformed call (T_A not dividing the local width) errors on every device, no hang."""
+    ndev = len(cpu_devices)
+    mesh = jax.make_mesh((ndev,), ("x",), devices=cpu_devices)
+    a = jax.device_put(np.eye(5 * ndev, dtype=np.float64)[: 5 * ndev], NamedSharding(mesh, ROWS))
+
+    def local(a):
+        return jaxmg_cuda.mg_potri(a, jax.lax.axis_index("x"), T_A=2, device_ids=list(range(ndev)))
+
+    fn = jax.jit(
+        jax.shard_map(local, mesh=mesh, in_specs=ROWS, out_specs=(ROWS, P()), check_vma=False)
+    )
+    with pytest.raises(Exception, match="not a multiple of T_A=2"):
+        jax.block_until_ready(fn(a))
+    assert jaxmg_cuda.open_meetings() == 0
+
+
+def test_cuda_lowering_on_cpu(cpu_devices):
+    """The call lowered for CUDA names our custom call with its attributes."""
+    mesh = jax.make_mesh((1,), ("x",), devices=cpu_devices[:1])
+
+    def local(a, b):
+        return jaxmg_cuda.mg_potrs(a, b, jax.lax.axis_index("x"), T_A=4, device_ids=[0])
+
+    fn = jax.jit(
+        jax.shard_map(
+            local, mesh=mesh, in_specs=(ROWS, P()), out_specs=(ROWS, P(), P()), check_vma=False
+        )
+    )
+    a = jax.device_put(jnp.zeros((8, 8), jnp.float32), NamedSharding(mesh, ROWS))
+    b = jax.device_put(jnp.zeros((1, 8), jnp.float32), NamedSharding(mesh, P()))
+    text = fn.trace(a, b).lower(lowering_platforms=("cuda",)).as_text()
+    assert "custom_call @jaxmg_potrs" in text or '"jaxmg_potrs"' in text
+    assert "T_A = 4" in text
+    assert "device_ids = dense<0> : tensor<1xi64>" in text
+    assert "output_operand_aliases" in text
+
+
+def test_has_cuda_support_reports_the_build():
+    assert isinstance(jaxmg_cuda.has_cuda_support(), bool)

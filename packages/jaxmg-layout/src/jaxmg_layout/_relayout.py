@@ -191,14 +191,13 @@ def _gather_exchange(x, tables, axis_name, axis):
     """
     send, recv = tables
     d = lax.axis_index(axis_name)
-    outgoing = jnp.take(x, jnp.asarray(send)[d], axis=axis)
+    outgoing = jnp.take(x, jnp.asarray(send)[d], axis=axis, mode="promise_in_bounds")
     if send.shape[0] > 1:
         outgoing = lax.all_to_all(outgoing, axis_name, axis, axis, tiled=True)
-    where = jnp.asarray(recv)[d]
-    gathered = jnp.take(outgoing, jnp.maximum(where, 0), axis=axis)
-    shape = [1] * x.ndim
-    shape[axis] = where.shape[0]
-    return jnp.where(where.reshape(shape) >= 0, gathered, jnp.zeros((), x.dtype))
+    # Padding columns point at one appended zero column: a pure gather, no select.
+    outgoing = jnp.concatenate([outgoing, _zeros_like_along(x, axis, 1)], axis=axis)
+    where = jnp.asarray(np.where(recv >= 0, recv, send.shape[1]).astype(np.int32))[d]
+    return jnp.take(outgoing, where, axis=axis, mode="promise_in_bounds")
 
 
 def _sharded_axis(sharding, fn: str) -> tuple[int, str]:

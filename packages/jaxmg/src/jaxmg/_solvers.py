@@ -35,13 +35,22 @@ from ._native import backend_for
 # --- local (per-device) building blocks, used inside shard_map ------------------------------
 
 
-def _to_native(a_cyclic, form):
-    """Local block-cyclic block -> the ``[L, N]`` array the native target reads."""
-    return a_cyclic.T if form == "cols" else a_cyclic
+def _to_native(a, T_A, geometry, cyclic):
+    """Local block of A -> the block-cyclic ``[L, N]`` array the native target reads.
+
+    The relayout always runs on rows of ``N`` contiguous entries (a column block is transposed
+    first), where XLA's gathers and all_to_all move whole rows.
+    """
+    rows = a.T if geometry.form == "cols" else a
+    if cyclic:
+        return rows
+    return jaxmg_layout.cyclic_1d_no_shardmap(rows, T_A, geometry.axis, axis=0)
 
 
-def _from_native(a_rows, form):
-    return a_rows.T if form == "cols" else a_rows
+def _from_native(z_rows, T_A, n, geometry):
+    """A native ``[L, N]`` result -> the block layout and form of the caller's A."""
+    z = jaxmg_layout.undo_cyclic_1d_no_shardmap(z_rows, T_A, n, geometry.axis, axis=0)
+    return z.T if geometry.form == "cols" else z
 
 
 def _conj_transpose_local(z, axis_name, form):
@@ -84,20 +93,13 @@ def _relayout(a, T_A, geometry):
     return jaxmg_layout.cyclic_1d_no_shardmap(a, T_A, geometry.axis, axis=geometry.sharded_dim)
 
 
-def _undo(a, T_A, n, geometry):
-    return jaxmg_layout.undo_cyclic_1d_no_shardmap(
-        a, T_A, n, geometry.axis, axis=geometry.sharded_dim
-    )
-
-
 def _potrs_local(a, b, *, T_A, n, cyclic, geometry, fn):
     """Solve on local blocks. ``a``: local block of A; ``b``: replicated ``[N, nrhs]``."""
     native = backend_for(geometry.platform, fn)
     layout = jaxmg_layout.CyclicPlan.make(n, geometry.ndev, T_A)
-    a_cyclic = a if cyclic else _relayout(a, T_A, geometry)
     conj = jnp.conj if geometry.form == "rows" else (lambda v: v)
     _, x_rows, status = native.mg_potrs(
-        _to_native(a_cyclic, geometry.form),
+        _to_native(a, T_A, geometry, cyclic),
         conj(b.T),
         jax.lax.axis_index(geometry.axis),
         T_A=layout.tile,
@@ -109,24 +111,23 @@ def _potrs_local(a, b, *, T_A, n, cyclic, geometry, fn):
 def _potri_local(a, *, T_A, n, cyclic, geometry, fn):
     native = backend_for(geometry.platform, fn)
     layout = jaxmg_layout.CyclicPlan.make(n, geometry.ndev, T_A)
-    a_cyclic = a if cyclic else _relayout(a, T_A, geometry)
     inv_rows, status = native.mg_potri(
-        _to_native(a_cyclic, geometry.form),
+        _to_native(a, T_A, geometry, cyclic),
         jax.lax.axis_index(geometry.axis),
         T_A=layout.tile,
         device_ids=geometry.device_ids,
     )
-    inv = _undo(_from_native(inv_rows, geometry.form), T_A, n, geometry)
-    inv = _hermitian_from_triangle(inv, geometry.axis, geometry.form)
+    inv = _hermitian_from_triangle(
+        _from_native(inv_rows, T_A, n, geometry), geometry.axis, geometry.form
+    )
     return (_relayout(inv, T_A, geometry) if cyclic else inv), status
 
 
 def _syevd_local(a, *, T_A, n, cyclic, vectors, geometry, fn):
     native = backend_for(geometry.platform, fn)
     layout = jaxmg_layout.CyclicPlan.make(n, geometry.ndev, T_A)
-    a_cyclic = a if cyclic else _relayout(a, T_A, geometry)
     v_rows, w, status = native.mg_syevd(
-        _to_native(a_cyclic, geometry.form),
+        _to_native(a, T_A, geometry, cyclic),
         jax.lax.axis_index(geometry.axis),
         T_A=layout.tile,
         device_ids=geometry.device_ids,
@@ -134,15 +135,12 @@ def _syevd_local(a, *, T_A, n, cyclic, vectors, geometry, fn):
     )
     if not vectors:
         return w, status
-    v = _from_native(v_rows, geometry.form)
-    if geometry.form == "rows":
-        # The solver saw conj(A): its eigenvector columns are conj(V), which read back by rows
-        # is V^H. One conjugate transpose gives the rows of V.
-        v = _conj_transpose_local(_undo(v, T_A, n, geometry), geometry.axis, "rows")
-        v = _relayout(v, T_A, geometry) if cyclic else v
-    elif not cyclic:
-        v = _undo(v, T_A, n, geometry)
-    return w, v, status
+    if geometry.form == "cols":
+        return w, (v_rows.T if cyclic else _from_native(v_rows, T_A, n, geometry)), status
+    # The solver saw conj(A): its eigenvector columns are conj(V), which read back by rows is
+    # V^H. One conjugate transpose gives the rows of V.
+    v = _conj_transpose_local(_from_native(v_rows, T_A, n, geometry), geometry.axis, "rows")
+    return w, (_relayout(v, T_A, geometry) if cyclic else v), status
 
 
 # --- the shard_map programs ------------------------------------------------------------------

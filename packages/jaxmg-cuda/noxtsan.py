@@ -24,10 +24,26 @@ def _libtsan() -> str:
 
 
 def tsan(session):
-    session.install("scikit-build-core>=0.10", "pybind11>=2.13", "jax>=0.10", "jaxlib>=0.10",
-                    "ninja", "cmake", "numpy", "scipy", "pytest", "hypothesis")
-    session.install("--no-build-isolation", "-C", "cmake.define.JAXMG_TSAN=ON",
-                    "-C", "build-dir=build/tsan", str(HERE))
+    session.install(
+        "scikit-build-core>=0.10",
+        "pybind11>=2.13",
+        "jax>=0.10",
+        "jaxlib>=0.10",
+        "ninja",
+        "cmake",
+        "numpy",
+        "scipy",
+        "pytest",
+        "hypothesis",
+    )
+    session.install(
+        "--no-build-isolation",
+        "-C",
+        "cmake.define.JAXMG_TSAN=ON",
+        "-C",
+        "build-dir=build/tsan",
+        str(HERE),
+    )
     reports = pathlib.Path(session.create_tmp()) / "tsan-reports"
     reports.mkdir(exist_ok=True)
     env = {
@@ -36,8 +52,18 @@ def tsan(session):
         "halt_on_error=0 report_signal_unsafe=0",
     }
     for count in session.posargs or ["4", "8"]:
-        session.run("python", "-m", "pytest", str(ROOT / "tests" / "native"), "-q", "-x",
-                    f"--num-cpu-devices={count}", "-k", "not fault and not missing", env=env)
+        session.run(
+            "python",
+            "-m",
+            "pytest",
+            str(ROOT / "tests" / "native"),
+            "-q",
+            "-x",
+            f"--num-cpu-devices={count}",
+            "-k",
+            "not fault and not missing",
+            env=env,
+        )
     found = sorted(reports.glob("report*"))
     if found:
         for path in found:

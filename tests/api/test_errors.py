@@ -125,3 +125,15 @@ def test_cyclic_wrong_shape(a, mesh):
         pytest.skip(f"no valid tile size pads a shard of {shard} on {mesh.size} devices")
     with pytest.raises(ValueError, match="with cyclic_1d=True, A must already be"):
         jaxmg.potrs(a, jnp.ones(a.shape[0]), widening[0], cyclic_1d=True)
+
+
+def test_axis_spanning_processes_is_refused():
+    """One process per device (or several hosts) is refused with an error, never attempted."""
+    from jaxmg import _geometry
+
+    owners = np.array([[0, 0, 1, 1]])
+    with pytest.raises(ValueError, match=r"spans 2 processes \[0, 1\].*one process driving"):
+        _geometry.local_slice(owners, 0, "x", {"x": 4})
+    with pytest.raises(ValueError, match="holds devices in 2 slices"):
+        _geometry.local_slice(np.zeros((2, 2), np.int64), 0, "x", {"r": 2, "x": 2})
+    assert _geometry.local_slice(np.array([[0, 0], [1, 1]]), 1, "x", {"r": 2, "x": 2}) == 1

@@ -107,6 +107,31 @@ def _check_single_slice(mesh, axis: str) -> None:
         )
 
 
+def local_slice(owners: np.ndarray, me: int, axis: str, shape: dict) -> int:
+    """Index of the one slice of ``axis`` this process drives; an error for any other setup.
+
+    ``owners[r, j]``: the process of device ``j`` in slice ``r``. jaxmg solves within one
+    process driving every device of the slice; a slice spread over several processes (one
+    process per GPU, or several hosts) is refused at call time with an error, never attempted.
+    """
+    mine = [r for r in range(owners.shape[0]) if (owners[r] == me).any()]
+    if len(mine) != 1:
+        raise ValueError(
+            f"this process holds devices in {len(mine)} slices of mesh axis {axis!r} "
+            f"(mesh {shape}); jaxmg solves on exactly one slice per process: shard A "
+            "over an axis whose other mesh axes place one slice in this process."
+        )
+    processes = sorted({int(p) for p in owners[mine[0]]})
+    if len(processes) > 1:
+        raise ValueError(
+            f"mesh axis {axis!r} spans {len(processes)} processes {processes}: jaxmg solves "
+            "with one process driving every device of the axis. One process per device and "
+            "axes across hosts are not supported yet (multi-process mode is planned); run one "
+            "process per node with all its devices."
+        )
+    return mine[0]
+
+
 def _device_ids(mesh, axis: str, platform: str) -> tuple[int, ...]:
     """Ids of this process's devices along ``axis``, in mesh-position order."""
     ndev = dict(mesh.shape)[axis]
@@ -114,15 +139,8 @@ def _device_ids(mesh, axis: str, platform: str) -> tuple[int, ...]:
         _check_single_slice(mesh, axis)
         return (UNKNOWN_DEVICE,) * ndev
     grid = np.moveaxis(mesh.devices, mesh.axis_names.index(axis), -1).reshape(-1, ndev)
-    me = jax.process_index()
-    local_rows = [row for row in grid if any(d.process_index == me for d in row)]
-    if len(local_rows) != 1:
-        raise ValueError(
-            f"this process holds devices in {len(local_rows)} slices of mesh axis {axis!r} "
-            f"(mesh {dict(mesh.shape)}); jaxmg solves on exactly one slice per process: shard A "
-            "over an axis whose other mesh axes place one slice in this process."
-        )
-    (row,) = local_rows
+    owners = np.vectorize(lambda d: d.process_index, otypes=[np.int64])(grid)
+    row = grid[local_slice(owners, jax.process_index(), axis, dict(mesh.shape))]
     if platform == "gpu":
         return tuple(int(d.local_hardware_id) for d in row)
     return tuple(int(d.id) for d in row)

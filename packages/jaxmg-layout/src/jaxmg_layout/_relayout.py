@@ -19,6 +19,7 @@ The undo runs the same steps backwards. The sharded axis may be any axis of the 
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -148,7 +149,7 @@ def _forward_tables(plan: CyclicPlan):
     column = np.arange(s)[None, :]
     k, offset = np.divmod(source * s + column, t)  # global tile of each local column
     dest, dest_col = np.broadcast_to(k % ndev, k.shape), (k // ndev) * t + offset
-    return _tables(dest, dest_col, plan.local_width, ndev)
+    return _grouped(_tables(dest, dest_col, plan.local_width, ndev), math.gcd(s, t))
 
 
 @functools.lru_cache(maxsize=64)
@@ -156,8 +157,30 @@ def _backward_tables(plan: CyclicPlan):
     """Index tables of the general relayout, cyclic -> block."""
     cmap = plan.column_map()  # [ndev, L]: global column or -1
     dest = np.where(cmap >= 0, cmap // plan.shard_size, -1)
-    return _tables(
+    tables = _tables(
         dest, np.where(cmap >= 0, cmap % plan.shard_size, -1), plan.shard_size, plan.ndev
+    )
+    return _grouped(tables, math.gcd(plan.shard_size, plan.tile))
+
+
+def _grouped(tables, g):
+    """The tables in units of ``g`` consecutive columns, which always move together.
+
+    Every boundary the relayout cuts at (shard edges, tile edges) is a multiple of
+    ``g = gcd(shard size, tile)``, so the gathers can move whole groups of ``g`` columns
+    (contiguous rows of ``g * N`` entries in the row form) instead of single columns.
+    """
+    send, recv = tables
+    ndev = send.shape[0]
+    send_g = send.reshape(ndev, -1, g)
+    recv_g = recv.reshape(ndev, -1, g)
+    first_send, first_recv = send_g[..., :1], recv_g[..., :1]
+    assert (send_g - first_send == np.arange(g)).all() or g == 1
+    assert ((recv_g < 0) == (first_recv < 0)).all()
+    return (
+        (send_g[..., 0] // g).astype(np.int32),
+        np.where(recv_g[..., 0] >= 0, recv_g[..., 0] // g, -1).astype(np.int32),
+        g,
     )
 
 
@@ -189,15 +212,17 @@ def _gather_exchange(x, tables, axis_name, axis):
     equal chunks, one ``all_to_all`` swaps the chunks, and a second gather puts the received
     columns in their final order (zeros for padding). Index tables are numpy constants.
     """
-    send, recv = tables
+    send, recv, g = tables
     d = lax.axis_index(axis_name)
-    outgoing = jnp.take(x, jnp.asarray(send)[d], axis=axis, mode="promise_in_bounds")
+    groups = _split_axis(x, axis, (x.shape[axis] // g, g))
+    outgoing = jnp.take(groups, jnp.asarray(send)[d], axis=axis, mode="promise_in_bounds")
     if send.shape[0] > 1:
         outgoing = lax.all_to_all(outgoing, axis_name, axis, axis, tiled=True)
-    # Padding columns point at one appended zero column: a pure gather, no select.
-    outgoing = jnp.concatenate([outgoing, _zeros_like_along(x, axis, 1)], axis=axis)
+    # Padding groups point at one appended zero group: a pure gather, no select.
+    zero = jnp.zeros(outgoing.shape[:axis] + (1,) + outgoing.shape[axis + 1 :], x.dtype)
+    outgoing = jnp.concatenate([outgoing, zero], axis=axis)
     where = jnp.asarray(np.where(recv >= 0, recv, send.shape[1]).astype(np.int32))[d]
-    return jnp.take(outgoing, where, axis=axis, mode="promise_in_bounds")
+    return _merge_axes(jnp.take(outgoing, where, axis=axis, mode="promise_in_bounds"), axis, 2)
 
 
 def _sharded_axis(sharding, fn: str) -> tuple[int, str]:

@@ -174,11 +174,12 @@ def _grouped(tables, g):
     ndev = send.shape[0]
     send_g = send.reshape(ndev, -1, g)
     recv_g = recv.reshape(ndev, -1, g)
-    first_send, first_recv = send_g[..., :1], recv_g[..., :1]
-    assert (send_g - first_send == np.arange(g)).all() or g == 1
-    assert ((recv_g < 0) == (first_recv < 0)).all()
+    real = send_g[..., 0] >= 0
+    assert (send_g[real] - send_g[real][:, :1] == np.arange(g)).all()
+    assert (send_g[real] % g == np.arange(g)).all()
+    assert ((recv_g < 0) == (recv_g[..., :1] < 0)).all()
     return (
-        (send_g[..., 0] // g).astype(np.int32),
+        np.where(real, send_g[..., 0] // g, 0).astype(np.int32),
         np.where(recv_g[..., 0] >= 0, recv_g[..., 0] // g, -1).astype(np.int32),
         g,
     )
@@ -195,7 +196,7 @@ def _tables(dest, dest_col, out_width, ndev):
     for d in range(ndev):
         counts[d] = np.bincount(dest[d][dest[d] >= 0], minlength=ndev)
     q = max(int(counts.max()), 1)
-    send = np.zeros((ndev, ndev, q), np.int32)
+    send = np.full((ndev, ndev, q), -1, np.int32)  # -1: filler, never read back
     recv = np.full((ndev, out_width), -1, np.int32)
     for d in range(ndev):
         for j in range(ndev):
@@ -215,14 +216,14 @@ def _gather_exchange(x, tables, axis_name, axis):
     send, recv, g = tables
     d = lax.axis_index(axis_name)
     groups = _split_axis(x, axis, (x.shape[axis] // g, g))
-    outgoing = jnp.take(groups, jnp.asarray(send)[d], axis=axis, mode="promise_in_bounds")
+    outgoing = jnp.take(groups, jnp.asarray(send)[d], axis=axis, mode="clip")
     if send.shape[0] > 1:
         outgoing = lax.all_to_all(outgoing, axis_name, axis, axis, tiled=True)
     # Padding groups point at one appended zero group: a pure gather, no select.
     zero = jnp.zeros(outgoing.shape[:axis] + (1,) + outgoing.shape[axis + 1 :], x.dtype)
     outgoing = jnp.concatenate([outgoing, zero], axis=axis)
     where = jnp.asarray(np.where(recv >= 0, recv, send.shape[1]).astype(np.int32))[d]
-    return _merge_axes(jnp.take(outgoing, where, axis=axis, mode="promise_in_bounds"), axis, 2)
+    return _merge_axes(jnp.take(outgoing, where, axis=axis, mode="clip"), axis, 2)
 
 
 def _sharded_axis(sharding, fn: str) -> tuple[int, str]:

@@ -109,6 +109,8 @@ def sizes(ndev):
 
 @pytest.fixture(params=["cpu", "gpu"])
 def devices(request):
+    """The CPU twin on the simulated devices, and the cuSolverMg path on the visible GPUs. The
+    GPU variants skip without a GPU: the cuSolverMg layer has never run on hardware yet."""
     if request.param == "gpu":
         return request.getfixturevalue("gpu_devices")  # skip reason says: never run on GPU
     return jax.devices("cpu")
@@ -179,8 +181,24 @@ def test_not_positive_definite_gives_status_and_nan(devices, dtype):
     assert np.isnan(from_cyclic(inv, n, len(devices), tile)).all()
 
 
+def test_handlers_run_concurrently(cpu_devices):
+    """XLA runs the handlers of one call at the same time, one host thread per device: every
+    participant is inside the rendezvous at once (else this call could not complete)."""
+    ndev = len(cpu_devices)
+    mesh = jax.make_mesh((ndev,), ("x",), devices=cpu_devices)
+    ids = [d.id for d in cpu_devices]
+
+    def local():
+        return jaxmg_cuda.rendezvous_probe(jax.lax.axis_index("x"), device_ids=ids)[None]
+
+    fn = jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(), out_specs=P("x"), check_vma=False))
+    for _ in range(3):
+        out = np.asarray(fn())
+        assert out.tolist() == [[ndev, ndev]] * ndev  # ndev participants on ndev threads
+
+
 def test_many_consecutive_calls(cpu_devices):
-    """200 calls, varying N, T_A and dtype: all correct, no deadlock, nothing left open."""
+    """200 calls, varying routine, N, T_A and dtype: all correct, no deadlock, nothing open."""
     ndev = len(cpu_devices)
     rng = np.random.default_rng(0)
     for i in range(200):
@@ -188,11 +206,67 @@ def test_many_consecutive_calls(cpu_devices):
         tile = int(rng.integers(1, n // ndev + 1))
         dtype = DTYPES[i % 4]
         A = hermitian_pd(n, dtype, seed=i)
-        b = np.ones((1, n), dtype)
-        _, x, status = run("potrs", A, tile, cpu_devices, b=b)
+        routine = ("potrs", "potri", "syevd")[i % 3]
+        if routine == "potrs":
+            b = np.ones((1, n), dtype)
+            _, x, status = run("potrs", A, tile, cpu_devices, b=b)
+            assert scaled_residual(A, x[0].T, b.T) < 30, i
+        elif routine == "potri":
+            inv, status = run("potri", A, tile, cpu_devices)
+            lower = np.tril(from_cyclic(inv, n, ndev, tile))
+            full = lower + np.tril(lower, -1).conj().T
+            assert np.linalg.norm(full @ A - np.eye(n)) < 1e3 * n * eps(dtype), i
+        else:
+            _, w, status = run("syevd", A, tile, cpu_devices, vectors=False)
+            np.testing.assert_allclose(w[0], np.linalg.eigvalsh(A), rtol=1e3 * eps(dtype))
         assert (status == 0).all(), i
-        assert scaled_residual(A, x[0].T, b.T) < 30, i
     assert jaxmg_cuda.open_meetings() == 0
+
+
+def test_many_right_hand_sides_and_one_tile(cpu_devices):
+    """More right-hand sides than any chunk (300), and T_A >= N (one tile on position 0)."""
+    ndev = len(cpu_devices)
+    n = 4 * ndev
+    A = hermitian_pd(n, np.complex128)
+    B = np.random.default_rng(2).standard_normal((n, 300)).astype(np.complex128)
+    for tile in (3, n):
+        _, x, status = run("potrs", A, tile, cpu_devices, b=np.ascontiguousarray(B.T))
+        assert (status == 0).all()
+        assert scaled_residual(A, x[-1].T, B) < 30
+
+
+def test_unknown_device_ids_are_fine(cpu_devices):
+    """Under an abstract mesh the device ids are unknown (-1): only their count matters."""
+    ndev = len(cpu_devices)
+    A = hermitian_pd(4 * ndev, np.float64)
+    b = np.ones((1, 4 * ndev))
+    _, x, status = run("potrs", A, 2, cpu_devices, b=b, device_ids=[-1] * ndev)
+    assert (status == 0).all()
+    assert scaled_residual(A, x[0].T, b.T) < 30
+
+
+def test_duplicate_position_errors_everywhere(cpu_devices):
+    """Two participants claiming one mesh position: every device errors, nothing hangs."""
+    ndev = len(cpu_devices)
+    if ndev < 2:
+        pytest.skip("needs at least 2 devices")
+    mesh = jax.make_mesh((ndev,), ("x",), devices=cpu_devices)
+    a = jax.device_put(
+        to_cyclic(hermitian_pd(2 * ndev, np.float64), ndev, 2), NamedSharding(mesh, ROWS)
+    )
+
+    def local(a):
+        zero = jnp.zeros((), jnp.int32)  # every participant says "position 0"
+        return jaxmg_cuda.mg_potri(a, zero, T_A=2, device_ids=list(range(ndev)))
+
+    fn = jax.jit(
+        jax.shard_map(local, mesh=mesh, in_specs=ROWS, out_specs=(ROWS, P()), check_vma=False)
+    )
+    with pytest.raises(Exception, match="two participants claim mesh position 0"):
+        jax.block_until_ready(fn(a))
+    assert jaxmg_cuda.open_meetings() == 0
+    inv, status = run("potri", hermitian_pd(2 * ndev, np.float64), 2, cpu_devices)
+    assert (status == 0).all()
 
 
 FAULT_SCRIPT = textwrap.dedent(
@@ -255,25 +329,86 @@ def test_bad_operand_reaches_every_participant(cpu_devices):
     assert jaxmg_cuda.open_meetings() == 0
 
 
-def test_cuda_lowering_on_cpu(cpu_devices):
-    """The call lowered for CUDA names our custom call with its attributes."""
+@pytest.mark.parametrize("routine", ["potrs", "potri", "syevd"])
+def test_cuda_lowering_on_cpu(cpu_devices, routine):
+    """Lowered for CUDA (on a machine without a GPU), each call names our custom call with its
+    attributes and the aliasing of ``a`` (and ``b``) into the results."""
     mesh = jax.make_mesh((1,), ("x",), devices=cpu_devices[:1])
+    a = jax.device_put(jnp.zeros((8, 8), jnp.complex64), NamedSharding(mesh, ROWS))
+    b = jax.device_put(jnp.zeros((1, 8), jnp.complex64), NamedSharding(mesh, P()))
 
     def local(a, b):
-        return jaxmg_cuda.mg_potrs(a, b, jax.lax.axis_index("x"), T_A=4, device_ids=[0])
+        pos = jax.lax.axis_index("x")
+        if routine == "potrs":
+            return jaxmg_cuda.mg_potrs(a, b, pos, T_A=4, device_ids=[0])
+        if routine == "potri":
+            return jaxmg_cuda.mg_potri(a, pos, T_A=4, device_ids=[0])
+        return jaxmg_cuda.mg_syevd(a, pos, T_A=4, device_ids=[0], vectors=False)
 
+    n_out = {"potrs": 3, "potri": 2, "syevd": 3}[routine]
     fn = jax.jit(
         jax.shard_map(
-            local, mesh=mesh, in_specs=(ROWS, P()), out_specs=(ROWS, P(), P()), check_vma=False
+            local,
+            mesh=mesh,
+            in_specs=(ROWS, P()),
+            out_specs=(ROWS,) + (P(),) * (n_out - 1),
+            check_vma=False,
         )
     )
-    a = jax.device_put(jnp.zeros((8, 8), jnp.float32), NamedSharding(mesh, ROWS))
-    b = jax.device_put(jnp.zeros((1, 8), jnp.float32), NamedSharding(mesh, P()))
     text = fn.trace(a, b).lower(lowering_platforms=("cuda",)).as_text()
-    assert "custom_call @jaxmg_potrs" in text or '"jaxmg_potrs"' in text
-    assert "T_A = 4" in text
+    assert f"custom_call @jaxmg_{routine}(" in text
+    assert "T_A = 4 : i64" in text
+    assert "call_id = " in text
     assert "device_ids = dense<0> : tensor<1xi64>" in text
     assert "output_operand_aliases" in text
+    if routine == "potrs":
+        assert "output_tuple_indices = [1], operand_index = 1" in text
+    if routine == "syevd":
+        assert "vectors = false" in text
+        assert "tensor<8xf32>" in text  # w has the real dtype
+
+
+def test_distinct_calls_get_distinct_call_ids(cpu_devices):
+    """Two calls in one program never meet: each traced call carries a new call_id."""
+    mesh = jax.make_mesh((1,), ("x",), devices=cpu_devices[:1])
+    a = jax.device_put(jnp.zeros((4, 4), jnp.float64), NamedSharding(mesh, ROWS))
+
+    def local(a):
+        pos = jax.lax.axis_index("x")
+        inv, s1 = jaxmg_cuda.mg_potri(a, pos, T_A=2, device_ids=[0])
+        _, w, s2 = jaxmg_cuda.mg_syevd(inv, pos, T_A=2, device_ids=[0])
+        return w, s1, s2
+
+    fn = jax.jit(
+        jax.shard_map(local, mesh=mesh, in_specs=ROWS, out_specs=(P(),) * 3, check_vma=False)
+    )
+    text = fn.trace(a).lower(lowering_platforms=("cpu",)).as_text()
+    ids = [
+        line.split("call_id = ")[1].split(" ")[0] for line in text.splitlines() if "call_id" in line
+    ]
+    assert len(ids) == 2 and ids[0] != ids[1]
+
+
+def test_import_loads_no_cuda_library():
+    """Importing jaxmg_cuda registers the targets but opens no CUDA library."""
+    script = (
+        "import jaxmg_cuda, pathlib\n"
+        "maps = pathlib.Path('/proc/self/maps').read_text()\n"
+        "print('LOADED' if ('libcusolverMg' in maps or 'libcudart' in maps) else 'CLEAN')\n"
+    )
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout.strip() == "CLEAN", done.stdout + done.stderr
+
+
+def test_cuda_libraries_load_or_explain():
+    """Opening the libraries on request works, or says what was looked for and where."""
+    if not jaxmg_cuda.has_cuda_support():
+        pytest.skip("jaxmg_cuda was built without CUDA support")
+    message = jaxmg_cuda.load_cuda_libraries()
+    assert message == "" or ("libcusolverMg" in message and "LD_LIBRARY_PATH" in message)
 
 
 def test_has_cuda_support_reports_the_build():

@@ -3,6 +3,7 @@
 #ifndef JAXMG_COMMON_H_
 #define JAXMG_COMMON_H_
 
+#include <algorithm>
 #include <complex>
 #include <cstdint>
 #include <limits>
@@ -141,14 +142,14 @@ struct NaNOf<std::complex<R>> {
   }
 };
 
-// Column-major tile copy between a device's local block and a contiguous N x N matrix. With
-// leading dimension N, a tile of w columns is one contiguous run of w*N elements.
-inline void ForEachTile(const Problem& p, int64_t device,
-                        const std::function<void(int64_t global_col, int64_t local_col,
-                                                 int64_t width)>& fn) {
-  for (int64_t k = device, m = 0; k < p.num_tiles(); k += p.ndev, ++m) {
-    int64_t width = std::min(p.tile, p.n - k * p.tile);
-    fn(k * p.tile, m * p.tile, width);
+// The column tiles of mesh position `position`, in local order: fn(global column, local
+// column, width). With leading dimension N a tile of w columns is one contiguous run of w*N
+// elements; the last real tile may be partial, padding tiles are skipped.
+template <typename Fn>
+void ForEachTile(int64_t n, int64_t tile, int64_t ndev, int64_t position, Fn&& fn) {
+  const int64_t tiles = (n + tile - 1) / tile;
+  for (int64_t k = position, m = 0; k < tiles; k += ndev, ++m) {
+    fn(k * tile, m * tile, std::min(tile, n - k * tile));
   }
 }
 

@@ -1,317 +1,353 @@
-// The CPU twin: the same targets, operands and meeting protocol as the cuSolverMg path, with
-// LAPACK (from scipy's cython_lapack capsules) as the library. The leader gathers the tiles
-// of every participant into one column-major N x N matrix, calls LAPACK (lower triangle) and
-// scatters the results back, so CI exercises the whole multi-device machinery on CPU.
+// The CPU twin: the backend of backend.h with LAPACK (scipy's cython_lapack capsules,
+// registered at import) as the library. The leader gathers every position's tiles into one
+// column-major N x N matrix in position 0's workspace, calls LAPACK on the lower triangle and
+// scatters the result back. Everything else is the shared protocol (protocol.cc), so CI runs
+// the multi-device machinery of the GPU path on simulated CPU devices.
+#include "cpu_twin.h"
+
 #include <algorithm>
 #include <complex>
 #include <cstring>
 #include <map>
+#include <memory>
+#include <new>
+#include <set>
+#include <functional>
+#include <thread>
 #include <string>
 #include <vector>
 
+#include "backend.h"
 #include "common.h"
-#include "cpu_twin.h"
+#include "protocol.h"
 
 namespace jaxmg {
 namespace {
+
+// --- LAPACK entry points, one table filled at import, typed per dtype once ---------------
 
 std::map<std::string, void*>& LapackTable() {
   static auto* table = new std::map<std::string, void*>();
   return *table;
 }
 
-template <typename T>
-struct Names;
-template <> struct Names<float> { static constexpr char p = 's'; };
-template <> struct Names<double> { static constexpr char p = 'd'; };
-template <> struct Names<std::complex<float>> { static constexpr char p = 'c'; };
-template <> struct Names<std::complex<double>> { static constexpr char p = 'z'; };
+template <typename T> struct Prefix;
+template <> struct Prefix<float> { static constexpr char value = 's'; };
+template <> struct Prefix<double> { static constexpr char value = 'd'; };
+template <> struct Prefix<std::complex<float>> { static constexpr char value = 'c'; };
+template <> struct Prefix<std::complex<double>> { static constexpr char value = 'z'; };
 
-template <typename T>
-struct RealOf { using type = T; };
-template <typename R>
-struct RealOf<std::complex<R>> { using type = R; };
-
+template <typename T> struct RealOf { using type = T; };
+template <typename R> struct RealOf<std::complex<R>> { using type = R; };
 template <typename T>
 constexpr bool kIsComplex = !std::is_same_v<T, typename RealOf<T>::type>;
 
-template <typename Fn, typename T>
-Fn Lookup(const char* stem) {
-  std::string name = std::string(1, Names<T>::p) + stem;
-  auto it = LapackTable().find(name);
-  return it == LapackTable().end() ? nullptr : reinterpret_cast<Fn>(it->second);
-}
-
 template <typename T>
-using PotrfFn = void (*)(char*, int*, T*, int*, int*);
-template <typename T>
-using PotrsFn = void (*)(char*, int*, int*, T*, int*, T*, int*, int*);
-template <typename T>
-using SyevdFn = void (*)(char*, char*, int*, T*, int*, T*, T*, int*, int*, int*, int*);
-template <typename T, typename R>
-using HeevdFn = void (*)(char*, char*, int*, T*, int*, R*, T*, int*, R*, int*, int*, int*, int*);
-
-std::string Missing(const char* routine) {
-  return std::string("jaxmg: LAPACK routine ") + routine +
-         " is not registered (jaxmg_cuda registers scipy's LAPACK at import)";
-}
-
-template <typename T>
-void Gather(const Problem& p, const std::vector<Slot>& slots, int which, std::vector<T>& full) {
-  full.assign(static_cast<size_t>(p.n) * p.n, T(0));
-  for (int64_t d = 0; d < p.ndev; ++d) {
-    const T* local = static_cast<const T*>(slots[d].ptr[which]);
-    ForEachTile(p, d, [&](int64_t g, int64_t l, int64_t w) {
-      std::memcpy(full.data() + g * p.n, local + l * p.n, sizeof(T) * w * p.n);
-    });
-  }
-}
-
-template <typename T>
-void Scatter(const Problem& p, const std::vector<Slot>& slots, int which,
-             const std::vector<T>& full) {
-  for (int64_t d = 0; d < p.ndev; ++d) {
-    T* local = static_cast<T*>(slots[d].ptr[which]);
-    ForEachTile(p, d, [&](int64_t g, int64_t l, int64_t w) {
-      std::memcpy(local + l * p.n, full.data() + g * p.n, sizeof(T) * w * p.n);
-    });
-  }
-}
-
-template <typename T>
-void FillNaN(void* data, size_t count) {
-  std::fill_n(static_cast<T*>(data), count, NaNOf<T>::Value());
-}
-
-void SetStatus(const std::vector<Slot>& slots, int which, int status) {
-  for (const Slot& s : slots) *static_cast<int32_t*>(s.ptr[which]) = status;
-}
-
-// potrs slots: ptr[0] = A (factor out), ptr[1] = X (holds b on entry), ptr[2] = status.
-template <typename T>
-Outcome PotrsLeader(const Problem& p, const std::vector<Slot>& slots) {
-  auto potrf = Lookup<PotrfFn<T>, T>("potrf");
-  auto potrs = Lookup<PotrsFn<T>, T>("potrs");
-  if (!potrf || !potrs) return Outcome::Fail(Missing("potrf/potrs"));
-  std::vector<T> full;
-  Gather<T>(p, slots, 0, full);
-  char uplo = 'L';
-  int n = static_cast<int>(p.n), nrhs = static_cast<int>(p.nrhs), info = 0;
-  potrf(&uplo, &n, full.data(), &n, &info);
-  T* x0 = static_cast<T*>(slots[0].ptr[1]);
-  const size_t xcount = static_cast<size_t>(p.n) * p.nrhs;
-  if (info == 0 && nrhs > 0) potrs(&uplo, &n, &nrhs, full.data(), &n, x0, &n, &info);
-  if (info != 0) FillNaN<T>(x0, xcount);
-  for (size_t d = 1; d < slots.size(); ++d) std::memcpy(slots[d].ptr[1], x0, sizeof(T) * xcount);
-  Scatter<T>(p, slots, 0, full);
-  SetStatus(slots, 2, info);
-  return {};
-}
-
-// potri slots: ptr[0] = A (inverse out), ptr[1] = status.
-template <typename T>
-Outcome PotriLeader(const Problem& p, const std::vector<Slot>& slots) {
-  auto potrf = Lookup<PotrfFn<T>, T>("potrf");
-  auto potri = Lookup<PotrfFn<T>, T>("potri");
-  if (!potrf || !potri) return Outcome::Fail(Missing("potrf/potri"));
-  std::vector<T> full;
-  Gather<T>(p, slots, 0, full);
-  char uplo = 'L';
-  int n = static_cast<int>(p.n), info = 0;
-  potrf(&uplo, &n, full.data(), &n, &info);
-  if (info == 0) potri(&uplo, &n, full.data(), &n, &info);
-  if (info != 0) std::fill(full.begin(), full.end(), NaNOf<T>::Value());
-  Scatter<T>(p, slots, 0, full);
-  SetStatus(slots, 1, info);
-  return {};
-}
-
-// syevd slots: ptr[0] = A (eigenvectors out), ptr[1] = W, ptr[2] = status. vectors in
-// p.nrhs (1: compute eigenvectors).
-template <typename T>
-Outcome SyevdLeader(const Problem& p, const std::vector<Slot>& slots) {
+struct Lapack {
   using R = typename RealOf<T>::type;
-  std::vector<T> full;
-  Gather<T>(p, slots, 0, full);
-  char jobz = p.nrhs ? 'V' : 'N', uplo = 'L';
-  int n = static_cast<int>(p.n), info = 0, lwork = -1, liwork = -1, lrwork = -1;
-  std::vector<R> w(p.n);
-  T work_query{};
-  int iwork_query = 0;
-  R rwork_query{};
+  using Potrf = void (*)(char*, int*, T*, int*, int*);  // also potri
+  using Potrs = void (*)(char*, int*, int*, T*, int*, T*, int*, int*);
+  using Syevd = void (*)(char*, char*, int*, T*, int*, R*, T*, int*, int*, int*, int*);
+  using Heevd = void (*)(char*, char*, int*, T*, int*, R*, T*, int*, R*, int*, int*, int*,
+                         int*);
+
+  template <typename Fn>
+  static Outcome Get(const char* stem, Fn* fn) {
+    const std::string name = std::string(1, Prefix<T>::value) + stem;
+    auto it = LapackTable().find(name);
+    if (it == LapackTable().end() || it->second == nullptr)
+      return Outcome::Fail("jaxmg: LAPACK routine " + name +
+                           " is not registered (jaxmg_cuda registers scipy's LAPACK at import)");
+    *fn = reinterpret_cast<Fn>(it->second);
+    return {};
+  }
+};
+
+// LAPACK's workspace for ?syevd / ?heevd, in elements of T, R and int.
+struct EigWork {
+  int lwork = 0, lrwork = 0, liwork = 0;
+};
+
+template <typename T>
+Outcome QueryEig(int n, bool vectors, EigWork* out) {
+  using L = Lapack<T>;
+  using R = typename L::R;
+  char jobz = vectors ? 'V' : 'N', uplo = 'L';
+  int lda = std::max(n, 1), info = 0, lwork = -1, lrwork = -1, liwork = -1, iwork = 0;
+  T work{};
+  R rwork{};
   if constexpr (kIsComplex<T>) {
-    auto heevd = Lookup<HeevdFn<T, R>, T>("heevd");
-    if (!heevd) return Outcome::Fail(Missing("heevd"));
-    heevd(&jobz, &uplo, &n, full.data(), &n, w.data(), &work_query, &lwork, &rwork_query,
-          &lrwork, &iwork_query, &liwork, &info);
-    lwork = static_cast<int>(std::real(work_query)) + 1;
-    lrwork = static_cast<int>(rwork_query) + 1;
-    liwork = iwork_query;
-    std::vector<T> work(lwork);
-    std::vector<R> rwork(lrwork);
-    std::vector<int> iwork(std::max(liwork, 1));
-    if (info == 0)
-      heevd(&jobz, &uplo, &n, full.data(), &n, w.data(), work.data(), &lwork, rwork.data(),
-            &lrwork, iwork.data(), &liwork, &info);
-  } else {
-    auto syevd = Lookup<SyevdFn<T>, T>("syevd");
-    if (!syevd) return Outcome::Fail(Missing("syevd"));
-    syevd(&jobz, &uplo, &n, full.data(), &n, w.data(), &work_query, &lwork, &iwork_query,
+    typename L::Heevd heevd = nullptr;
+    if (Outcome r = L::Get("heevd", &heevd); !r.ok) return r;
+    heevd(&jobz, &uplo, &n, nullptr, &lda, nullptr, &work, &lwork, &rwork, &lrwork, &iwork,
           &liwork, &info);
-    lwork = static_cast<int>(work_query) + 1;
-    liwork = iwork_query;
-    std::vector<T> work(lwork);
-    std::vector<int> iwork(std::max(liwork, 1));
-    if (info == 0)
-      syevd(&jobz, &uplo, &n, full.data(), &n, w.data(), work.data(), &lwork, iwork.data(),
-            &liwork, &info);
+    out->lrwork = static_cast<int>(rwork) + 1;
+  } else {
+    typename L::Syevd syevd = nullptr;
+    if (Outcome r = L::Get("syevd", &syevd); !r.ok) return r;
+    syevd(&jobz, &uplo, &n, nullptr, &lda, nullptr, &work, &lwork, &iwork, &liwork, &info);
   }
-  if (info != 0) {
-    std::fill(full.begin(), full.end(), NaNOf<T>::Value());
-    std::fill(w.begin(), w.end(), NaNOf<R>::Value());
-  }
-  if (p.nrhs || info != 0) Scatter<T>(p, slots, 0, full);
-  for (const Slot& s : slots) std::memcpy(s.ptr[1], w.data(), sizeof(R) * p.n);
-  SetStatus(slots, 2, info);
+  if (info != 0) return Outcome::Fail("jaxmg: LAPACK workspace query failed, info " +
+                                      std::to_string(info));
+  out->lwork = static_cast<int>(std::real(work)) + 1;
+  out->liwork = std::max(iwork, 1);
   return {};
 }
 
-template <template <typename> class Leader>
-Outcome Dispatch(const Problem& p, const std::vector<Slot>& slots) {
-  switch (p.dtype) {
-    case Dtype::kF32: return Leader<float>::Run(p, slots);
-    case Dtype::kF64: return Leader<double>::Run(p, slots);
-    case Dtype::kC64: return Leader<std::complex<float>>::Run(p, slots);
-    case Dtype::kC128: return Leader<std::complex<double>>::Run(p, slots);
+constexpr size_t kAlign = 64;
+size_t Aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+// Position 0's workspace: the gathered N x N matrix, then LAPACK's own work arrays.
+template <typename T>
+Outcome WorkspaceLayout(const MgCall& c, size_t* total, EigWork* eig) {
+  using R = typename RealOf<T>::type;
+  size_t bytes = Aligned(sizeof(T) * static_cast<size_t>(c.n) * c.n);
+  if (c.op == Op::kSyevd) {
+    if (Outcome r = QueryEig<T>(c.n, c.vectors, eig); !r.ok) return r;
+    bytes += Aligned(sizeof(T) * eig->lwork) + Aligned(sizeof(R) * eig->lrwork) +
+             Aligned(sizeof(int) * eig->liwork);
   }
-  return Outcome::Fail("jaxmg: unknown dtype");
+  *total = bytes;
+  return {};
 }
 
-template <typename T> struct PotrsOp { static Outcome Run(const Problem& p, const std::vector<Slot>& s) { return PotrsLeader<T>(p, s); } };
-template <typename T> struct PotriOp { static Outcome Run(const Problem& p, const std::vector<Slot>& s) { return PotriLeader<T>(p, s); } };
-template <typename T> struct SyevdOp { static Outcome Run(const Problem& p, const std::vector<Slot>& s) { return SyevdLeader<T>(p, s); } };
-
-// Copy an input into its result buffer when XLA did not alias them.
-void CopyIfDistinct(const ffi::AnyBuffer& in, ffi::Result<ffi::AnyBuffer>& out) {
-  if (in.untyped_data() != out->untyped_data())
-    std::memcpy(out->untyped_data(), in.untyped_data(), in.size_bytes());
+template <typename T>
+void Gather(const MgCall& c, T* full) {
+  const int64_t ndev = static_cast<int64_t>(c.a.size());
+  for (int64_t d = 0; d < ndev; ++d) {
+    const T* local = static_cast<const T*>(c.a[d]);
+    ForEachTile(c.n, c.tile, ndev, d, [&](int64_t g, int64_t l, int64_t w) {
+      std::memcpy(full + g * c.lda, local + l * c.lda, sizeof(T) * w * c.lda);
+    });
+  }
 }
 
-// Join the call's meeting, publish `slot`, and let the leader run `leader`.
-ffi::Error Meet(const char* target, ffi::Span<const int64_t> device_ids, int64_t call_id,
-                const Problem& p, const std::string& own_error, Slot slot,
-                const std::function<Outcome(const std::vector<Slot>&)>& leader) {
-  int64_t ndev = std::max<int64_t>(static_cast<int64_t>(device_ids.size()), 1);
-  auto meeting = Registry::Get().Join(MeetingKey(target, device_ids, call_id), ndev);
-  Outcome own;
-  if (!own_error.empty()) {
-    own = Outcome::Fail(own_error);
-  } else if (meeting->Get(p.position).arrived) {
-    own = Outcome::Fail(std::string(target) + ": two participants claim mesh position " +
-                        std::to_string(p.position));
+template <typename T>
+void Scatter(const MgCall& c, const T* full) {
+  const int64_t ndev = static_cast<int64_t>(c.a.size());
+  for (int64_t d = 0; d < ndev; ++d) {
+    T* local = static_cast<T*>(c.a[d]);
+    ForEachTile(c.n, c.tile, ndev, d, [&](int64_t g, int64_t l, int64_t w) {
+      std::memcpy(local + l * c.lda, full + g * c.lda, sizeof(T) * w * c.lda);
+    });
+  }
+}
+
+// The typed implementation: one library call for all positions.
+template <typename T>
+Outcome RunImpl(const MgCall& c, int* info) {
+  using L = Lapack<T>;
+  using R = typename L::R;
+  T* full = static_cast<T*>(c.work[0]);
+  char uplo = 'L';
+  int n = c.n, lda = c.lda;
+  *info = 0;
+  Gather<T>(c, full);
+  if (c.op == Op::kPotrs || c.op == Op::kPotri) {
+    typename L::Potrf potrf = nullptr;
+    if (Outcome r = L::Get("potrf", &potrf); !r.ok) return r;
+    potrf(&uplo, &n, full, &lda, info);
+    if (*info == 0 && c.op == Op::kPotrs && c.nrhs > 0) {
+      typename L::Potrs potrs = nullptr;
+      if (Outcome r = L::Get("potrs", &potrs); !r.ok) return r;
+      int nrhs = c.nrhs;
+      potrs(&uplo, &n, &nrhs, full, &lda, static_cast<T*>(c.b[0]), &lda, info);
+    }
+    if (*info == 0 && c.op == Op::kPotri) {
+      typename L::Potrf potri = nullptr;
+      if (Outcome r = L::Get("potri", &potri); !r.ok) return r;
+      potri(&uplo, &n, full, &lda, info);
+    }
   } else {
-    meeting->Publish(p.position, slot);
+    EigWork eig;
+    size_t total = 0;
+    if (Outcome r = WorkspaceLayout<T>(c, &total, &eig); !r.ok) return r;
+    char* next = reinterpret_cast<char*>(full) + Aligned(sizeof(T) * static_cast<size_t>(n) * n);
+    T* work = reinterpret_cast<T*>(next);
+    next += Aligned(sizeof(T) * eig.lwork);
+    R* rwork = reinterpret_cast<R*>(next);
+    next += Aligned(sizeof(R) * eig.lrwork);
+    int* iwork = reinterpret_cast<int*>(next);
+    char jobz = c.vectors ? 'V' : 'N';
+    R* w = static_cast<R*>(c.w);
+    if constexpr (kIsComplex<T>) {
+      typename L::Heevd heevd = nullptr;
+      if (Outcome r = L::Get("heevd", &heevd); !r.ok) return r;
+      heevd(&jobz, &uplo, &n, full, &lda, w, work, &eig.lwork, rwork, &eig.lrwork, iwork,
+            &eig.liwork, info);
+    } else {
+      typename L::Syevd syevd = nullptr;
+      if (Outcome r = L::Get("syevd", &syevd); !r.ok) return r;
+      syevd(&jobz, &uplo, &n, full, &lda, w, work, &eig.lwork, iwork, &eig.liwork, info);
+    }
+    if (!c.vectors) return {};  // values only: the eigenvector output is unspecified
   }
-  Outcome result = meeting->Phase(0, own, [&] { return leader(meeting->Slots()); });
-  return result.ok ? ffi::Error::Success() : Fail(result.message);
+  // potrs: the factor; potri: the inverse (lower triangle); syevd: the eigenvectors. On
+  // failure the protocol overwrites what it must with NaN.
+  Scatter<T>(c, full);
+  return {};
 }
 
-int64_t PositionOf(ffi::Buffer<ffi::S32>& position) {
-  return position.element_count() == 1 ? position.typed_data()[0] : -1;
+class CpuBackend final : public Backend {
+ public:
+  Outcome WorkspaceBytes(const MgCall& c, std::vector<int64_t>* bytes) override {
+    size_t total = 0;
+    EigWork eig;
+    Outcome r;
+    switch (c.dtype) {
+      case Dtype::kF32: r = WorkspaceLayout<float>(c, &total, &eig); break;
+      case Dtype::kF64: r = WorkspaceLayout<double>(c, &total, &eig); break;
+      case Dtype::kC64: r = WorkspaceLayout<std::complex<float>>(c, &total, &eig); break;
+      case Dtype::kC128: r = WorkspaceLayout<std::complex<double>>(c, &total, &eig); break;
+    }
+    bytes->assign(c.a.size(), 0);
+    (*bytes)[0] = static_cast<int64_t>(total);  // LAPACK runs on position 0's memory
+    return r;
+  }
+
+  Outcome Run(const MgCall& c, int* info) override {
+    switch (c.dtype) {
+      case Dtype::kF32: return RunImpl<float>(c, info);
+      case Dtype::kF64: return RunImpl<double>(c, info);
+      case Dtype::kC64: return RunImpl<std::complex<float>>(c, info);
+      case Dtype::kC128: return RunImpl<std::complex<double>>(c, info);
+    }
+    return Outcome::Fail("jaxmg: unknown dtype");
+  }
+
+  Outcome CopyAcross(int, void* dst, int, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return {};
+  }
+};
+
+class CpuDevice final : public Device {
+ public:
+  int ordinal() const override { return -1; }
+  Outcome ReadPosition(const int32_t* src, int32_t* out) override {
+    *out = *src;
+    return {};
+  }
+  Outcome Copy(void* dst, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return {};
+  }
+  Outcome Upload(void* dst, const void* host, size_t bytes) override {
+    std::memcpy(dst, host, bytes);
+    return {};
+  }
+  Outcome FillBytes(void* dst, int byte, size_t bytes) override {
+    std::memset(dst, byte, bytes);
+    return {};
+  }
+  Outcome Allocate(size_t bytes, void** out) override {
+    std::unique_ptr<unsigned char[]> memory(new (std::nothrow) unsigned char[bytes]);
+    if (!memory) return Outcome::Fail("out of host memory");
+    *out = memory.get();
+    memory_.push_back(std::move(memory));
+    return {};
+  }
+  Outcome Synchronize() override { return {}; }
+
+ private:
+  std::vector<std::unique_ptr<unsigned char[]>> memory_;  // freed when the handler returns
+};
+
+ffi::Error Run(const Operands& o) {
+  CpuDevice device;
+  CpuBackend backend;
+  return Participate(o, device, backend, /*max_participants=*/0);
 }
 
 }  // namespace
 
 void RegisterLapack(const std::string& name, void* fn) { LapackTable()[name] = fn; }
 
-ffi::Error PotrsCpuImpl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Buffer<ffi::S32> position,
-                        ffi::Result<ffi::AnyBuffer> a_out, ffi::Result<ffi::AnyBuffer> x,
-                        ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t tile,
-                        ffi::Span<const int64_t> device_ids, int64_t call_id) {
-  Problem p;
-  std::string error = CheckMatrix("jaxmg_potrs", a.dimensions(), a.element_type(), tile,
-                                  device_ids, PositionOf(position), &p);
-  auto bdims = b.dimensions();
-  if (error.empty() && (bdims.size() != 2 || bdims[1] != p.n || b.element_type() != a.element_type()))
-    error = "jaxmg_potrs: b must be [nrhs, N] with A's dtype";
-  if (error.empty()) {
-    p.nrhs = bdims[0];
-    CopyIfDistinct(a, a_out);
-    CopyIfDistinct(b, x);
-  }
-  Slot slot;
-  slot.ptr = {a_out->untyped_data(), x->untyped_data(), status->typed_data()};
-  return Meet("jaxmg_potrs", device_ids, call_id, p, error, slot,
-              [&](const std::vector<Slot>& s) { return Dispatch<PotrsOp>(p, s); });
+// --- handlers: operands in the order the Python wrappers pass them --------------------------
+
+ffi::Error PotrsCpu(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Buffer<ffi::S32> position,
+                    ffi::Result<ffi::AnyBuffer> a_out, ffi::Result<ffi::AnyBuffer> x,
+                    ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t tile,
+                    ffi::Span<const int64_t> device_ids, int64_t call_id) {
+  return Run(PotrsOperands(a, b, position, a_out, x, status, tile, device_ids, call_id));
 }
 
-ffi::Error PotriCpuImpl(ffi::AnyBuffer a, ffi::Buffer<ffi::S32> position,
-                        ffi::Result<ffi::AnyBuffer> a_out,
-                        ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t tile,
-                        ffi::Span<const int64_t> device_ids, int64_t call_id) {
-  Problem p;
-  std::string error = CheckMatrix("jaxmg_potri", a.dimensions(), a.element_type(), tile,
-                                  device_ids, PositionOf(position), &p);
-  if (error.empty()) CopyIfDistinct(a, a_out);
-  Slot slot;
-  slot.ptr = {a_out->untyped_data(), status->typed_data()};
-  return Meet("jaxmg_potri", device_ids, call_id, p, error, slot,
-              [&](const std::vector<Slot>& s) { return Dispatch<PotriOp>(p, s); });
+ffi::Error PotriCpu(ffi::AnyBuffer a, ffi::Buffer<ffi::S32> position,
+                    ffi::Result<ffi::AnyBuffer> a_out, ffi::Result<ffi::Buffer<ffi::S32>> status,
+                    int64_t tile, ffi::Span<const int64_t> device_ids, int64_t call_id) {
+  return Run(PotriOperands(a, position, a_out, status, tile, device_ids, call_id));
 }
 
-ffi::Error SyevdCpuImpl(ffi::AnyBuffer a, ffi::Buffer<ffi::S32> position,
-                        ffi::Result<ffi::AnyBuffer> v, ffi::Result<ffi::AnyBuffer> w,
-                        ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t tile,
-                        ffi::Span<const int64_t> device_ids, int64_t call_id, bool vectors) {
-  Problem p;
-  std::string error = CheckMatrix("jaxmg_syevd", a.dimensions(), a.element_type(), tile,
-                                  device_ids, PositionOf(position), &p);
-  if (error.empty() && (w->element_count() != static_cast<size_t>(p.n) ||
-                        w->element_type() != RealTypeOf(p.dtype)))
-    error = "jaxmg_syevd: w must be [N] of A's real dtype";
-  if (error.empty()) {
-    p.nrhs = vectors ? 1 : 0;
-    CopyIfDistinct(a, v);
-  }
+ffi::Error SyevdCpu(ffi::AnyBuffer a, ffi::Buffer<ffi::S32> position,
+                    ffi::Result<ffi::AnyBuffer> v, ffi::Result<ffi::AnyBuffer> w,
+                    ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t tile,
+                    ffi::Span<const int64_t> device_ids, int64_t call_id, bool vectors) {
+  return Run(SyevdOperands(a, position, v, w, status, tile, device_ids, call_id, vectors));
+}
+
+// A diagnostic target: all participants meet; out = [participants, distinct threads seen].
+// Used by the tests to show that XLA runs the handlers of one call concurrently.
+ffi::Error ProbeCpu(ffi::Buffer<ffi::S32> position, ffi::Result<ffi::Buffer<ffi::S32>> out,
+                    ffi::Span<const int64_t> device_ids, int64_t call_id) {
+  const int ndev = static_cast<int>(std::max<size_t>(device_ids.size(), 1));
+  auto meeting = Registry::Get().Join(MeetingKey("jaxmg_probe", device_ids, call_id), ndev);
+  const int32_t pos = position.typed_data()[0];
   Slot slot;
-  slot.ptr = {v->untyped_data(), w->untyped_data(), status->typed_data()};
-  return Meet("jaxmg_syevd", device_ids, call_id, p, error, slot,
-              [&](const std::vector<Slot>& s) { return Dispatch<SyevdOp>(p, s); });
+  slot.thread = std::hash<std::thread::id>()(std::this_thread::get_id());
+  Outcome own;
+  if (pos < 0 || pos >= ndev || !meeting->Claim(pos, slot))
+    own = Outcome::Fail("jaxmg_probe: bad or duplicate position " + std::to_string(pos));
+  Outcome r = meeting->Phase(0, own, [&] {
+    std::set<uint64_t> threads;
+    for (const Slot& s : meeting->Slots()) threads.insert(s.thread);
+    meeting->info = static_cast<int32_t>(threads.size());
+    return Outcome{};
+  });
+  if (!r.ok) return Fail(r.message);
+  out->typed_data()[0] = ndev;
+  out->typed_data()[1] = meeting->info;
+  return ffi::Error::Success();
 }
 
 }  // namespace jaxmg
 
-// Handler symbols: operands in the order the Python wrappers pass them.
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgPotrsCpu, jaxmg::PotrsCpuImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgPotrsCpu, jaxmg::PotrsCpu,
                               xla::ffi::Ffi::Bind()
-                                  .Arg<xla::ffi::AnyBuffer>()                   // a [L, N]
-                                  .Arg<xla::ffi::AnyBuffer>()                   // b [nrhs, N]
-                                  .Arg<xla::ffi::Buffer<xla::ffi::S32>>()       // position
-                                  .Ret<xla::ffi::AnyBuffer>()                   // factor (a)
-                                  .Ret<xla::ffi::AnyBuffer>()                   // x (b)
-                                  .Ret<xla::ffi::Buffer<xla::ffi::S32>>()       // status [1]
+                                  .Arg<xla::ffi::AnyBuffer>()              // a [L, N]
+                                  .Arg<xla::ffi::AnyBuffer>()              // b [nrhs, N]
+                                  .Arg<xla::ffi::Buffer<xla::ffi::S32>>()  // position []
+                                  .Ret<xla::ffi::AnyBuffer>()              // factor, aliases a
+                                  .Ret<xla::ffi::AnyBuffer>()              // x, aliases b
+                                  .Ret<xla::ffi::Buffer<xla::ffi::S32>>()  // status [1]
                                   .Attr<int64_t>("T_A")
                                   .Attr<xla::ffi::Span<const int64_t>>("device_ids")
                                   .Attr<int64_t>("call_id"));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgPotriCpu, jaxmg::PotriCpuImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgPotriCpu, jaxmg::PotriCpu,
                               xla::ffi::Ffi::Bind()
-                                  .Arg<xla::ffi::AnyBuffer>()                   // a [L, N]
-                                  .Arg<xla::ffi::Buffer<xla::ffi::S32>>()       // position
-                                  .Ret<xla::ffi::AnyBuffer>()                   // inverse (a)
-                                  .Ret<xla::ffi::Buffer<xla::ffi::S32>>()       // status [1]
+                                  .Arg<xla::ffi::AnyBuffer>()              // a [L, N]
+                                  .Arg<xla::ffi::Buffer<xla::ffi::S32>>()  // position []
+                                  .Ret<xla::ffi::AnyBuffer>()              // inverse, aliases a
+                                  .Ret<xla::ffi::Buffer<xla::ffi::S32>>()  // status [1]
                                   .Attr<int64_t>("T_A")
                                   .Attr<xla::ffi::Span<const int64_t>>("device_ids")
                                   .Attr<int64_t>("call_id"));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgSyevdCpu, jaxmg::SyevdCpuImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgSyevdCpu, jaxmg::SyevdCpu,
                               xla::ffi::Ffi::Bind()
-                                  .Arg<xla::ffi::AnyBuffer>()                   // a [L, N]
-                                  .Arg<xla::ffi::Buffer<xla::ffi::S32>>()       // position
-                                  .Ret<xla::ffi::AnyBuffer>()                   // vectors (a)
-                                  .Ret<xla::ffi::AnyBuffer>()                   // w [N]
-                                  .Ret<xla::ffi::Buffer<xla::ffi::S32>>()       // status [1]
+                                  .Arg<xla::ffi::AnyBuffer>()              // a [L, N]
+                                  .Arg<xla::ffi::Buffer<xla::ffi::S32>>()  // position []
+                                  .Ret<xla::ffi::AnyBuffer>()              // vectors, aliases a
+                                  .Ret<xla::ffi::AnyBuffer>()              // w [N] real
+                                  .Ret<xla::ffi::Buffer<xla::ffi::S32>>()  // status [1]
                                   .Attr<int64_t>("T_A")
                                   .Attr<xla::ffi::Span<const int64_t>>("device_ids")
                                   .Attr<int64_t>("call_id")
                                   .Attr<bool>("vectors"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgProbeCpu, jaxmg::ProbeCpu,
+                              xla::ffi::Ffi::Bind()
+                                  .Arg<xla::ffi::Buffer<xla::ffi::S32>>()  // position []
+                                  .Ret<xla::ffi::Buffer<xla::ffi::S32>>()  // [ndev, threads]
+                                  .Attr<xla::ffi::Span<const int64_t>>("device_ids")
+                                  .Attr<int64_t>("call_id"));

@@ -13,5 +13,6 @@ void RegisterLapack(const std::string& name, void* fn);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxmgPotrsCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxmgPotriCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxmgSyevdCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxmgProbeCpu);
 
 #endif  // JAXMG_CPU_TWIN_H_

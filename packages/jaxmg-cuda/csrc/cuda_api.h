@@ -36,10 +36,9 @@ struct Api {
   cudaError_t (*cudaGetDevice)(int*);
   cudaError_t (*cudaSetDevice)(int);
   cudaError_t (*cudaStreamSynchronize)(cudaStream_t);
-  cudaError_t (*cudaDeviceSynchronize)();
   cudaError_t (*cudaMemcpy)(void*, const void*, size_t, cudaMemcpyKind);
   cudaError_t (*cudaMemcpyAsync)(void*, const void*, size_t, cudaMemcpyKind, cudaStream_t);
-  cudaError_t (*cudaMemset)(void*, int, size_t);
+  cudaError_t (*cudaMemsetAsync)(void*, int, size_t, cudaStream_t);
   cudaError_t (*cudaDeviceCanAccessPeer)(int*, int, int);
   cudaError_t (*cudaDeviceEnablePeerAccess)(int, unsigned int);
   const char* (*cudaGetErrorString)(cudaError_t);

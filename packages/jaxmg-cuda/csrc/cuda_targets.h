@@ -8,6 +8,8 @@
 
 namespace jaxmg {
 void SetCudaLibraryDirs(const std::vector<std::string>& dirs);
+// Opens the libraries (once); false with `error` saying what was tried.
+bool LoadCudaLibraries(std::string* error);
 }  // namespace jaxmg
 
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxmgPotrsCuda);

@@ -27,6 +27,7 @@ PYBIND11_MODULE(_jaxmg_cuda, m) {
     d["jaxmg_potrs"] = Capsule(JaxmgPotrsCpu);
     d["jaxmg_potri"] = Capsule(JaxmgPotriCpu);
     d["jaxmg_syevd"] = Capsule(JaxmgSyevdCpu);
+    d["jaxmg_probe"] = Capsule(JaxmgProbeCpu);
     return d;
   });
   m.def("cuda_targets", [] {
@@ -59,6 +60,18 @@ PYBIND11_MODULE(_jaxmg_cuda, m) {
 #endif
       },
       py::arg("dirs"));
+  m.def(
+      "load_cuda_libraries",
+      [] {
+#ifdef JAXMG_WITH_CUDA
+        std::string error;
+        return jaxmg::LoadCudaLibraries(&error) ? std::string() : error;
+#else
+        return std::string("jaxmg_cuda was built without CUDA support");
+#endif
+      },
+      "Open the CUDA runtime and cuSolverMg now (normally done at the first GPU call); "
+      "returns '' on success, else why not.");
   m.def("open_meetings", [] { return jaxmg::Registry::Get().open_meetings(); },
         "Calls waiting for participants right now (0 between calls).");
 }

@@ -13,6 +13,14 @@ double TimeoutSeconds() {
   return (end != text && value > 0) ? value : 60.0;
 }
 
+bool Meeting::Claim(int position, const Slot& slot) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (slots_[position].arrived) return false;
+  slots_[position] = slot;
+  slots_[position].arrived = true;
+  return true;
+}
+
 void Meeting::Publish(int position, const Slot& slot) {
   std::lock_guard<std::mutex> lock(mu_);
   slots_[position] = slot;

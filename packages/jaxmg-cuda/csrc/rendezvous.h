@@ -17,7 +17,6 @@
 #ifndef JAXMG_RENDEZVOUS_H_
 #define JAXMG_RENDEZVOUS_H_
 
-#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -33,9 +32,12 @@ namespace jaxmg {
 // What one participant publishes. Pointers are device pointers on GPU, host pointers on CPU.
 struct Slot {
   bool arrived = false;
-  int device = -1;                 // device ordinal (CUDA) or -1
-  std::array<void*, 6> ptr{};      // operand/result buffers, meaning fixed per target
-  void* workspace = nullptr;       // per-device workspace (CUDA)
+  int device = -1;             // device ordinal (CUDA) or -1 (CPU)
+  void* a = nullptr;           // the local tile array (the `a` result buffer)
+  void* b = nullptr;           // potrs: this device's copy of B (the `x` result buffer)
+  void* workspace = nullptr;   // this device's workspace (phase 1)
+  uint64_t thread = 0;         // a token of the publishing thread (diagnostics only)
+  std::string signature;       // the call's shape as this participant sees it
 };
 
 // Result of a meeting phase for one participant.
@@ -55,7 +57,9 @@ class Meeting : public std::enable_shared_from_this<Meeting> {
   int participants() const { return n_; }
   const std::string& key() const { return key_; }
 
-  // Publish this participant's slot (phase 0) or update it (later phases).
+  // Claim `position` with `slot` (phase 0); false if another participant already holds it.
+  bool Claim(int position, const Slot& slot);
+  // Update this participant's slot (later phases).
   void Publish(int position, const Slot& slot);
   Slot Get(int position);
   std::vector<Slot> Slots();  // a snapshot, in mesh order
@@ -66,8 +70,11 @@ class Meeting : public std::enable_shared_from_this<Meeting> {
   // passes.
   Outcome Phase(int phase, Outcome own, const std::function<Outcome()>& leader);
 
-  // Shared scalars the leader computes for the others (e.g. workspace sizes, status).
-  int64_t shared[4] = {0, 0, 0, 0};
+  // What a phase's leader computes for everybody. Written by the leader only while it leads,
+  // read by the others only after the phase completed (the meeting's mutex orders the two).
+  std::vector<int64_t> workspace_bytes;  // per mesh position
+  std::vector<unsigned char> host_result;  // e.g. eigenvalues
+  int32_t info = 0;                      // the library's status
 
  private:
   friend class Registry;

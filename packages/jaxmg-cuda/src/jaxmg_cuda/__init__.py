@@ -10,6 +10,9 @@ from ._ops import (
     has_cuda_support as has_cuda_support,
 )
 from ._ops import (
+    load_cuda_libraries as load_cuda_libraries,
+)
+from ._ops import (
     mg_potri as mg_potri,
 )
 from ._ops import (
@@ -20,6 +23,9 @@ from ._ops import (
 )
 from ._ops import (
     open_meetings as open_meetings,
+)
+from ._ops import (
+    rendezvous_probe as rendezvous_probe,
 )
 
 __version__ = "0.1.0"

@@ -10,7 +10,6 @@ import numpy as np
 
 from . import _jaxmg_cuda, _libraries
 
-_TARGETS = ("jaxmg_potrs", "jaxmg_potri", "jaxmg_syevd")
 # A new id per traced call: the handlers of one call meet under (device ids, call id), so
 # two calls in one program never meet each other.
 _call_ids = itertools.count(1)
@@ -44,6 +43,12 @@ def has_cuda_support() -> bool:
     return bool(_jaxmg_cuda.has_cuda())
 
 
+def load_cuda_libraries() -> str:
+    """Open libcudart and libcusolverMg now instead of at the first GPU call; returns ``""``
+    on success, else a message saying what was looked for and where."""
+    return str(_jaxmg_cuda.load_cuda_libraries())
+
+
 def open_meetings() -> int:
     """Calls whose participants are still gathering (0 between calls; for tests)."""
     return int(_jaxmg_cuda.open_meetings())
@@ -52,6 +57,19 @@ def open_meetings() -> int:
 def _attrs(T_A, device_ids):
     return dict(
         T_A=np.int64(T_A),
+        device_ids=np.asarray(device_ids, dtype=np.int64).reshape(-1),
+        call_id=np.int64(next(_call_ids)),
+    )
+
+
+def rendezvous_probe(position, *, device_ids):
+    """Diagnostics (CPU): every participant meets; returns int32 ``[participants, threads]``,
+    the distinct host threads XLA used for this call's handlers."""
+    call = jax.ffi.ffi_call(
+        "jaxmg_probe", jax.ShapeDtypeStruct((2,), jnp.int32), vmap_method="sequential"
+    )
+    return call(
+        jnp.asarray(position, jnp.int32),
         device_ids=np.asarray(device_ids, dtype=np.int64).reshape(-1),
         call_id=np.int64(next(_call_ids)),
     )

@@ -1,0 +1,73 @@
+// The library line. Everything above it -- validation, the rendezvous, pointer tables,
+// workspace bookkeeping, status, NaN fill, broadcasting x -- is one code path (protocol.cc)
+// that the CPU twin runs in CI on 1..8 simulated devices. Below it are two small
+// implementations: LAPACK (cpu_twin.cc) and cuSolverMg (cuda_targets.cc).
+//
+//   Device   what one participant does to its *own* device, on its own thread.
+//   Backend  what the leader does for *all* devices: the shape of one cusolverMg call
+//            (per-device tile pointer arrays in mesh order, N, T_A, leading dimension, dtype,
+//            per-device workspace, status out).
+#ifndef JAXMG_BACKEND_H_
+#define JAXMG_BACKEND_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "common.h"
+#include "rendezvous.h"
+
+namespace jaxmg {
+
+enum class Op { kPotrs, kPotri, kSyevd };
+
+// One library call over all participants, in mesh order.
+struct MgCall {
+  Op op = Op::kPotrs;
+  Dtype dtype = Dtype::kF64;
+  int n = 0;        // global order N
+  int tile = 0;     // T_A, the column tile width
+  int lda = 0;      // leading dimension of every local tile array (== N)
+  int nrhs = 0;     // potrs: right-hand sides
+  bool vectors = true;           // syevd: eigenvectors too
+  std::vector<int> devices;      // device ordinals (-1 on CPU)
+  std::vector<void*> a;          // each position's local tile array (tile m = global tile
+                                 // position + m * ndev)
+  std::vector<void*> b;          // potrs: each position's copy of B (N x nrhs, ld N); the
+                                 // library solves into b[0]
+  std::vector<void*> work;       // each position's workspace (phase 1 only)
+  std::vector<int64_t> work_bytes;  // and its size in bytes
+  void* w = nullptr;             // syevd: N real eigenvalues, on the host
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  // Bytes of workspace each mesh position must provide (positions may differ: the CPU twin
+  // needs it only where it runs). Called by the leader of phase 0.
+  virtual Outcome WorkspaceBytes(const MgCall& call, std::vector<int64_t>* bytes) = 0;
+  // The factorisation/solve/eigensolve for all devices; `info` is LAPACK-style. Called by the
+  // leader of phase 1, while every participant waits with its buffers published.
+  virtual Outcome Run(const MgCall& call, int* info) = 0;
+  // Copy between two participants' buffers (potrs: x from position 0 to the others).
+  virtual Outcome CopyAcross(int dst_device, void* dst, int src_device, const void* src,
+                             size_t bytes) = 0;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual int ordinal() const = 0;  // -1 on CPU
+  virtual Outcome ReadPosition(const int32_t* src, int32_t* out) = 0;  // device -> host
+  virtual Outcome Copy(void* dst, const void* src, size_t bytes) = 0;    // on this device
+  virtual Outcome Upload(void* dst, const void* host, size_t bytes) = 0;  // host -> device
+  virtual Outcome FillBytes(void* dst, int byte, size_t bytes) = 0;
+  // Memory that stays valid until this participant returns.
+  virtual Outcome Allocate(size_t bytes, void** out) = 0;
+  // Everything queued so far on this device has finished.
+  virtual Outcome Synchronize() = 0;
+};
+
+}  // namespace jaxmg
+
+#endif  // JAXMG_BACKEND_H_

@@ -1,0 +1,114 @@
+// One participant of one call, for every target and platform (see backend.h, rendezvous.h):
+//
+//   check operands, copy inputs into the (normally aliased) results, synchronise
+//   -> phase 0: publish {device, buffers}; the leader sizes every position's workspace
+//   -> allocate this position's workspace on this thread; publish it
+//   -> phase 1: the leader runs the library for all devices (and broadcasts x)
+//   -> write this device's own outputs: status, eigenvalues, NaN on failure.
+#ifndef JAXMG_PROTOCOL_H_
+#define JAXMG_PROTOCOL_H_
+
+#include <cstdint>
+
+#include "backend.h"
+#include "common.h"
+
+namespace jaxmg {
+
+// One participant's operands, as its handler received them.
+struct Operands {
+  Op op = Op::kPotrs;
+  const char* target = "";
+  const ffi::AnyBuffer* a = nullptr;  // [L, N] local tiles
+  void* a_out = nullptr;              // result aliasing a: factor / inverse / eigenvectors
+  const ffi::AnyBuffer* b = nullptr;  // potrs: [nrhs, N]
+  void* x_out = nullptr;              // potrs: result aliasing b
+  ffi::AnyBuffer::Dimensions x_dims;  // potrs
+  void* w_out = nullptr;              // syevd: [N] real
+  ffi::DataType w_type = ffi::DataType::INVALID;
+  ffi::AnyBuffer::Dimensions w_dims;
+  const int32_t* position = nullptr;  // int32 scalar, lax.axis_index (device memory on GPU)
+  size_t position_count = 0;
+  int32_t* status_out = nullptr;      // int32 [1]
+  size_t status_count = 0;
+  int64_t tile = 0;                   // attr T_A
+  ffi::Span<const int64_t> device_ids;  // attr device_ids (mesh order; its length = ndev)
+  int64_t call_id = 0;                // attr call_id
+  bool vectors = true;                // attr vectors (syevd)
+};
+
+// Runs the protocol; returns the same error on every participant when anything fails.
+// `max_participants`: the backend's limit (cuSolverMg: 16).
+ffi::Error Participate(const Operands& operands, Device& device, Backend& backend,
+                       int max_participants);
+
+// The operands of each target, shared by the CPU and CUDA handlers.
+inline Operands PotrsOperands(ffi::AnyBuffer& a, ffi::AnyBuffer& b,
+                              ffi::Buffer<ffi::S32>& position,
+                              ffi::Result<ffi::AnyBuffer>& a_out, ffi::Result<ffi::AnyBuffer>& x,
+                              ffi::Result<ffi::Buffer<ffi::S32>>& status, int64_t tile,
+                              ffi::Span<const int64_t> device_ids, int64_t call_id) {
+  Operands o;
+  o.op = Op::kPotrs;
+  o.target = "jaxmg_potrs";
+  o.a = &a;
+  o.a_out = a_out->untyped_data();
+  o.b = &b;
+  o.x_out = x->untyped_data();
+  o.x_dims = x->dimensions();
+  o.position = position.typed_data();
+  o.position_count = position.element_count();
+  o.status_out = status->typed_data();
+  o.status_count = status->element_count();
+  o.tile = tile;
+  o.device_ids = device_ids;
+  o.call_id = call_id;
+  return o;
+}
+
+inline Operands PotriOperands(ffi::AnyBuffer& a, ffi::Buffer<ffi::S32>& position,
+                              ffi::Result<ffi::AnyBuffer>& a_out,
+                              ffi::Result<ffi::Buffer<ffi::S32>>& status, int64_t tile,
+                              ffi::Span<const int64_t> device_ids, int64_t call_id) {
+  Operands o;
+  o.op = Op::kPotri;
+  o.target = "jaxmg_potri";
+  o.a = &a;
+  o.a_out = a_out->untyped_data();
+  o.position = position.typed_data();
+  o.position_count = position.element_count();
+  o.status_out = status->typed_data();
+  o.status_count = status->element_count();
+  o.tile = tile;
+  o.device_ids = device_ids;
+  o.call_id = call_id;
+  return o;
+}
+
+inline Operands SyevdOperands(ffi::AnyBuffer& a, ffi::Buffer<ffi::S32>& position,
+                              ffi::Result<ffi::AnyBuffer>& v, ffi::Result<ffi::AnyBuffer>& w,
+                              ffi::Result<ffi::Buffer<ffi::S32>>& status, int64_t tile,
+                              ffi::Span<const int64_t> device_ids, int64_t call_id,
+                              bool vectors) {
+  Operands o;
+  o.op = Op::kSyevd;
+  o.target = "jaxmg_syevd";
+  o.a = &a;
+  o.a_out = v->untyped_data();
+  o.w_out = w->untyped_data();
+  o.w_type = w->element_type();
+  o.w_dims = w->dimensions();
+  o.position = position.typed_data();
+  o.position_count = position.element_count();
+  o.status_out = status->typed_data();
+  o.status_count = status->element_count();
+  o.tile = tile;
+  o.device_ids = device_ids;
+  o.call_id = call_id;
+  o.vectors = vectors;
+  return o;
+}
+
+}  // namespace jaxmg
+
+#endif  // JAXMG_PROTOCOL_H_

@@ -1,7 +1,8 @@
 """Developer and CI entry points. ``nox -l`` lists them.
 
 - ``tests``: install the three packages from this checkout and run the CPU suite once per
-  simulated device count (1, 2, 3, 4, 8), each in its own pytest process.
+  simulated device count (1, 2, 3, 4, 8), each in its own pytest process, then the
+  multi-process jobs (``tests/multiprocess``) once.
 - ``lint``: ruff.
 - ``demo``: install and run ``python -m jaxmg demo``.
 - ``tsan``: the rendezvous and CPU twin under ThreadSanitizer.
@@ -47,10 +48,14 @@ def tests(session):
             "-m",
             "pytest",
             "tests",
+            "--ignore=tests/multiprocess",
             f"--num-cpu-devices={count}",
             "-q",
             env={"PYTHONHASHSEED": "0"},
         )
+    if not session.posargs:
+        session.log("--- multi-process jobs (jax.distributed on localhost, 2 and 4 processes) ---")
+        session.run("python", "-m", "pytest", "tests/multiprocess", "-q")
 
 
 @nox.session

@@ -127,13 +127,34 @@ def test_cyclic_wrong_shape(a, mesh):
         jaxmg.potrs(a, jnp.ones(a.shape[0]), widening[0], cyclic_1d=True)
 
 
-def test_axis_spanning_processes_is_refused():
-    """One process per device (or several hosts) is refused with an error, never attempted."""
-    from jaxmg import _geometry
+def test_which_processes_drive_the_axis():
+    """One process for the whole axis, or one device per process on one host; anything else
+    is refused at call time with what was found, never attempted."""
+    from jaxmg import _geometry, _processes
 
-    owners = np.array([[0, 0, 1, 1]])
-    with pytest.raises(ValueError, match=r"spans 2 processes \[0, 1\].*one process driving"):
-        _geometry.local_slice(owners, 0, "x", {"x": 4})
+    assert _processes.classify([0, 0, 0, 0], "x") == "single"
+    assert _processes.classify([0, 1, 2, 3], "x") == "multi"
+    assert _processes.classify([3, 1, 0, 2], "x", hosts=[7, 7, 7, 7]) == "multi"
+    with pytest.raises(ValueError, match=r"spans 2 processes holding \{0: 2, 1: 2\}"):
+        _processes.classify([0, 0, 1, 1], "x")
+    with pytest.raises(ValueError, match="several hosts.*gather_to_hosts"):
+        _processes.classify([0, 1], "x", hosts=[7, 8])
     with pytest.raises(ValueError, match="holds devices in 2 slices"):
         _geometry.local_slice(np.zeros((2, 2), np.int64), 0, "x", {"r": 2, "x": 2})
     assert _geometry.local_slice(np.array([[0, 0], [1, 1]]), 1, "x", {"r": 2, "x": 2}) == 1
+    assert _geometry.local_slice(np.array([[0, 1]]), 1, "x", {"x": 2}) == 0
+
+
+def test_host_mesh_and_gather_to_hosts_in_one_process(cpu_devices):
+    """With one process the multi-node recipe is a plain reshard onto every device."""
+    mesh = jaxmg.host_mesh(devices=cpu_devices)
+    assert mesh.axis_names == ("host", "x") and mesh.devices.shape == (1, len(cpu_devices))
+    n = 4 * len(cpu_devices)
+    a = jnp.arange(n * n, dtype=jnp.float64).reshape(n, n)
+    rows = jaxmg.gather_to_hosts(jax.device_put(a, NamedSharding(mesh, P(("host", "x")))), mesh)
+    assert rows.sharding.spec == P("x", None)
+    cols = jaxmg.gather_to_hosts(jax.device_put(a, NamedSharding(mesh, P())), mesh)
+    assert cols.sharding.spec == P(None, "x")
+    np.testing.assert_array_equal(np.asarray(rows), np.asarray(a))
+    with pytest.raises(ValueError, match="2-D"):
+        jaxmg.gather_to_hosts(a, jax.make_mesh((len(cpu_devices),), ("x",), devices=cpu_devices))

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import jax
 import jax.numpy as jnp
@@ -413,3 +414,71 @@ def test_cuda_libraries_load_or_explain():
 
 def test_has_cuda_support_reports_the_build():
     assert isinstance(jaxmg_cuda.has_cuda_support(), bool)
+
+
+# --- the multi-process protocol, seen from one process ----------------------------------------
+# Full jobs of 2 and 4 processes run in tests/multiprocess; these cover its error paths with a
+# single participant in this process and the peer's pid chosen by the test.
+
+
+def _dead_pid():
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return int(done.stdout)
+
+
+def _shm_ours():
+    return {p for p in os.listdir("/dev/shm") if p.startswith(f"jaxmg-{os.geteuid()}-")}
+
+
+def _one_of_two(position, pids, job=0x5EED):
+    """Mesh position ``position`` of a 2-process potrs, run here on one CPU device."""
+    n, tile = 8, 2
+    block = to_cyclic(hermitian_pd(n, np.float64), 2, tile).reshape(2, -1, n)[position]
+    fn = jax.jit(
+        lambda a, b: jaxmg_cuda.mg_potrs(
+            a, b, position, T_A=tile, device_ids=[0, 1], job=job, pids=pids
+        )
+    )
+    return jax.block_until_ready(fn(jnp.asarray(block), jnp.ones((1, n))))
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no POSIX shared memory")
+@pytest.mark.parametrize("position", [0, 1])
+def test_cross_process_peer_that_is_gone(position, monkeypatch):
+    """The peer's process does not exist: the call fails at once, naming it, and removes its
+    shared memory (the deadline would be 60 s)."""
+    monkeypatch.setenv("JAXMG_TIMEOUT_S", "60")
+    before = _shm_ours()
+    dead = _dead_pid()
+    pids = [os.getpid(), dead] if position == 0 else [dead, os.getpid()]
+    start = time.monotonic()
+    with pytest.raises(
+        Exception, match=f"mesh position {1 - position} \\(process {dead}\\).*exited"
+    ):
+        _one_of_two(position, pids)
+    assert time.monotonic() - start < 10
+    assert _shm_ours() == before
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no POSIX shared memory")
+@pytest.mark.parametrize("position", [0, 1])
+def test_cross_process_peer_that_never_comes(position, monkeypatch):
+    """The peer's process lives (our parent) but never joins: the deadline names it."""
+    monkeypatch.setenv("JAXMG_TIMEOUT_S", "1")
+    before = _shm_ours()
+    other = os.getppid()
+    pids = [os.getpid(), other] if position == 0 else [other, os.getpid()]
+    with pytest.raises(Exception, match=f"timed out after 1 s.*mesh position {1 - position}"):
+        _one_of_two(position, pids)
+    assert _shm_ours() == before
+
+
+def test_cross_process_position_of_another_process():
+    """A process that claims a mesh position whose pid is not its own is refused."""
+    with pytest.raises(Exception, match="belongs to process 1, not to this one"):
+        _one_of_two(1, [os.getpid(), 1])

@@ -268,21 +268,27 @@ void RegisterLapack(const std::string& name, void* fn) { LapackTable()[name] = f
 ffi::Error PotrsCpu(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Buffer<ffi::S32> position,
                     ffi::Result<ffi::AnyBuffer> a_out, ffi::Result<ffi::AnyBuffer> x,
                     ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t tile,
-                    ffi::Span<const int64_t> device_ids, int64_t call_id) {
-  return Run(PotrsOperands(a, b, position, a_out, x, status, tile, device_ids, call_id));
+                    ffi::Span<const int64_t> device_ids, int64_t call_id, int64_t job,
+                    ffi::Span<const int64_t> pids) {
+  Operands o = PotrsOperands(a, b, position, a_out, x, status, tile, device_ids, call_id);
+  return Run(WithJob(o, job, pids));
 }
 
 ffi::Error PotriCpu(ffi::AnyBuffer a, ffi::Buffer<ffi::S32> position,
                     ffi::Result<ffi::AnyBuffer> a_out, ffi::Result<ffi::Buffer<ffi::S32>> status,
-                    int64_t tile, ffi::Span<const int64_t> device_ids, int64_t call_id) {
-  return Run(PotriOperands(a, position, a_out, status, tile, device_ids, call_id));
+                    int64_t tile, ffi::Span<const int64_t> device_ids, int64_t call_id,
+                    int64_t job, ffi::Span<const int64_t> pids) {
+  Operands o = PotriOperands(a, position, a_out, status, tile, device_ids, call_id);
+  return Run(WithJob(o, job, pids));
 }
 
 ffi::Error SyevdCpu(ffi::AnyBuffer a, ffi::Buffer<ffi::S32> position,
                     ffi::Result<ffi::AnyBuffer> v, ffi::Result<ffi::AnyBuffer> w,
                     ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t tile,
-                    ffi::Span<const int64_t> device_ids, int64_t call_id, bool vectors) {
-  return Run(SyevdOperands(a, position, v, w, status, tile, device_ids, call_id, vectors));
+                    ffi::Span<const int64_t> device_ids, int64_t call_id, bool vectors,
+                    int64_t job, ffi::Span<const int64_t> pids) {
+  Operands o = SyevdOperands(a, position, v, w, status, tile, device_ids, call_id, vectors);
+  return Run(WithJob(o, job, pids));
 }
 
 // A diagnostic target: all participants meet; out = [participants, distinct threads seen].
@@ -321,7 +327,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgPotrsCpu, jaxmg::PotrsCpu,
                                   .Ret<xla::ffi::Buffer<xla::ffi::S32>>()  // status [1]
                                   .Attr<int64_t>("T_A")
                                   .Attr<xla::ffi::Span<const int64_t>>("device_ids")
-                                  .Attr<int64_t>("call_id"));
+                                  .Attr<int64_t>("call_id")
+                                  .Attr<int64_t>("job")                    // 0: one process
+                                  .Attr<xla::ffi::Span<const int64_t>>("pids"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgPotriCpu, jaxmg::PotriCpu,
                               xla::ffi::Ffi::Bind()
@@ -331,7 +339,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgPotriCpu, jaxmg::PotriCpu,
                                   .Ret<xla::ffi::Buffer<xla::ffi::S32>>()  // status [1]
                                   .Attr<int64_t>("T_A")
                                   .Attr<xla::ffi::Span<const int64_t>>("device_ids")
-                                  .Attr<int64_t>("call_id"));
+                                  .Attr<int64_t>("call_id")
+                                  .Attr<int64_t>("job")                    // 0: one process
+                                  .Attr<xla::ffi::Span<const int64_t>>("pids"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgSyevdCpu, jaxmg::SyevdCpu,
                               xla::ffi::Ffi::Bind()
@@ -343,7 +353,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgSyevdCpu, jaxmg::SyevdCpu,
                                   .Attr<int64_t>("T_A")
                                   .Attr<xla::ffi::Span<const int64_t>>("device_ids")
                                   .Attr<int64_t>("call_id")
-                                  .Attr<bool>("vectors"));
+                                  .Attr<bool>("vectors")
+                                  .Attr<int64_t>("job")                    // 0: one process
+                                  .Attr<xla::ffi::Span<const int64_t>>("pids"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgProbeCpu, jaxmg::ProbeCpu,
                               xla::ffi::Ffi::Bind()

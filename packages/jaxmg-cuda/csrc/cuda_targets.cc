@@ -499,26 +499,29 @@ ffi::Error PotrsCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator
                      ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Buffer<ffi::S32> position,
                      ffi::Result<ffi::AnyBuffer> a_out, ffi::Result<ffi::AnyBuffer> x,
                      ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t tile,
-                     ffi::Span<const int64_t> device_ids, int64_t call_id) {
-  return RunCuda(PotrsOperands(a, b, position, a_out, x, status, tile, device_ids, call_id),
-                 stream, ordinal, scratch);
+                     ffi::Span<const int64_t> device_ids, int64_t call_id, int64_t job,
+                     ffi::Span<const int64_t> pids) {
+  Operands o = PotrsOperands(a, b, position, a_out, x, status, tile, device_ids, call_id);
+  return RunCuda(WithJob(o, job, pids), stream, ordinal, scratch);
 }
 
 ffi::Error PotriCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator scratch,
                      ffi::AnyBuffer a, ffi::Buffer<ffi::S32> position,
                      ffi::Result<ffi::AnyBuffer> a_out, ffi::Result<ffi::Buffer<ffi::S32>> status,
-                     int64_t tile, ffi::Span<const int64_t> device_ids, int64_t call_id) {
-  return RunCuda(PotriOperands(a, position, a_out, status, tile, device_ids, call_id), stream,
-                 ordinal, scratch);
+                     int64_t tile, ffi::Span<const int64_t> device_ids, int64_t call_id,
+                     int64_t job, ffi::Span<const int64_t> pids) {
+  Operands o = PotriOperands(a, position, a_out, status, tile, device_ids, call_id);
+  return RunCuda(WithJob(o, job, pids), stream, ordinal, scratch);
 }
 
 ffi::Error SyevdCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator scratch,
                      ffi::AnyBuffer a, ffi::Buffer<ffi::S32> position,
                      ffi::Result<ffi::AnyBuffer> v, ffi::Result<ffi::AnyBuffer> w,
                      ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t tile,
-                     ffi::Span<const int64_t> device_ids, int64_t call_id, bool vectors) {
-  return RunCuda(SyevdOperands(a, position, v, w, status, tile, device_ids, call_id, vectors),
-                 stream, ordinal, scratch);
+                     ffi::Span<const int64_t> device_ids, int64_t call_id, bool vectors,
+                     int64_t job, ffi::Span<const int64_t> pids) {
+  Operands o = SyevdOperands(a, position, v, w, status, tile, device_ids, call_id, vectors);
+  return RunCuda(WithJob(o, job, pids), stream, ordinal, scratch);
 }
 
 }  // namespace jaxmg
@@ -539,7 +542,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgPotrsCuda, jaxmg::PotrsCuda,
                                   .Ret<ffi::Buffer<ffi::S32>>()              // status [1]
                                   .Attr<int64_t>("T_A")
                                   .Attr<ffi::Span<const int64_t>>("device_ids")
-                                  .Attr<int64_t>("call_id"));
+                                  .Attr<int64_t>("call_id")
+                                  .Attr<int64_t>("job")
+                                  .Attr<ffi::Span<const int64_t>>("pids"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgPotriCuda, jaxmg::PotriCuda,
                               ffi::Ffi::Bind()
@@ -552,7 +557,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgPotriCuda, jaxmg::PotriCuda,
                                   .Ret<ffi::Buffer<ffi::S32>>()              // status [1]
                                   .Attr<int64_t>("T_A")
                                   .Attr<ffi::Span<const int64_t>>("device_ids")
-                                  .Attr<int64_t>("call_id"));
+                                  .Attr<int64_t>("call_id")
+                                  .Attr<int64_t>("job")
+                                  .Attr<ffi::Span<const int64_t>>("pids"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgSyevdCuda, jaxmg::SyevdCuda,
                               ffi::Ffi::Bind()
@@ -567,4 +574,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgSyevdCuda, jaxmg::SyevdCuda,
                                   .Attr<int64_t>("T_A")
                                   .Attr<ffi::Span<const int64_t>>("device_ids")
                                   .Attr<int64_t>("call_id")
-                                  .Attr<bool>("vectors"));
+                                  .Attr<bool>("vectors")
+                                  .Attr<int64_t>("job")
+                                  .Attr<ffi::Span<const int64_t>>("pids"));

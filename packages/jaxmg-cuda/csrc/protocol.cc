@@ -1,11 +1,17 @@
 #include "protocol.h"
 
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "crossprocess.h"
 
 namespace jaxmg {
 namespace {
@@ -120,32 +126,268 @@ Outcome WriteOutputs(const Operands& o, const Problem& p, Device& dev, int32_t i
   return dev.Synchronize();
 }
 
+// The checks of step 1 and the copy of the inputs into the (normally aliased) results.
+// Returns "" when this participant is ready to publish, else what is wrong.
+std::string Prepare(const Operands& o, Device& dev, int max_participants, Problem* p,
+                    int32_t* position) {
+  if (o.position == nullptr || o.position_count != 1)
+    return std::string(o.target) + ": position must be an int32 scalar (lax.axis_index)";
+  if (Outcome r = dev.ReadPosition(o.position, position); !r.ok) return r.message;
+  std::string error = CheckOperands(o, *position, max_participants, p);
+  if (!error.empty()) return error;
+  if (o.job != 0) {
+    if (dev.ordinal() >= 0)
+      return std::string(o.target) + ": the multi-process mode runs on CPU devices only so " +
+             "far (CUDA IPC between processes is not built yet)";
+    if (o.pids.size() != o.device_ids.size())
+      return std::string(o.target) + ": pids must name the process of every mesh position";
+    if (o.pids[*position] != static_cast<int64_t>(getpid()))
+      return std::string(o.target) + ": mesh position " + std::to_string(*position) +
+             " belongs to process " + std::to_string(o.pids[*position]) + ", not to this one (" +
+             std::to_string(getpid()) + ")";
+  }
+  if (o.a->untyped_data() != o.a_out) {
+    if (Outcome r = dev.Copy(o.a_out, o.a->untyped_data(), o.a->size_bytes()); !r.ok)
+      return r.message;
+  }
+  if (o.op == Op::kPotrs && o.b->untyped_data() != o.x_out) {
+    if (Outcome r = dev.Copy(o.x_out, o.b->untyped_data(), o.b->size_bytes()); !r.ok)
+      return r.message;
+  }
+  // The leader reads these buffers from another thread (and, on GPU, other streams).
+  Outcome r = dev.Synchronize();
+  return r.ok ? "" : r.message;
+}
+
+Outcome SameSignatures(const char* target, const std::vector<Slot>& slots) {
+  for (size_t d = 0; d < slots.size(); ++d) {
+    if (slots[d].signature != slots[0].signature)
+      return Outcome::Fail(std::string(target) + ": participants disagree on the call: " +
+                           "position 0 has " + slots[0].signature + ", position " +
+                           std::to_string(d) + " has " + slots[d].signature);
+  }
+  return {};
+}
+
+// The leader's library call for everybody, then x from position 0 to the others (potrs).
+Outcome RunLibrary(const Operands& o, const Problem& p, Backend& backend, MgCall& call,
+                   std::vector<unsigned char>* w_host, int32_t* info_out) {
+  if (o.op == Op::kSyevd) {
+    w_host->assign(static_cast<size_t>(p.n) * RealElementSize(p.dtype), 0);
+    call.w = w_host->data();
+  }
+  int info = 0;
+  Outcome run = backend.Run(call, &info);
+  if (!run.ok) return run;
+  *info_out = info;
+  if (o.op == Op::kPotrs && info == 0) {
+    const size_t x_bytes = static_cast<size_t>(p.n * p.nrhs) * ElementSize(p.dtype);
+    for (size_t d = 1; d < call.b.size(); ++d) {
+      Outcome c =
+          backend.CopyAcross(call.devices[d], call.b[d], call.devices[0], call.b[0], x_bytes);
+      if (!c.ok) return c;
+    }
+  }
+  return {};
+}
+
+// --- participants in other processes (crossprocess.h) -------------------------------------
+
+double Elapsed(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+std::string Who(const Operands& o, int position) {
+  return "mesh position " + std::to_string(position) + " (process " +
+         std::to_string(o.pids[position]) + ")";
+}
+
+// Position 0: collect every other position's segment, run the library on their memory.
+ffi::Error LeadAcrossProcesses(const Operands& o, const Problem& p, Device& dev,
+                               Backend& backend, const std::string& call, int64_t sequence,
+                               const std::string& own_error) {
+  const int ndev = static_cast<int>(o.device_ids.size());
+  const double seconds = TimeoutSeconds();
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::unique_ptr<Segment>> segments(ndev);
+  std::vector<bool> joined(ndev, false);
+  joined[0] = true;
+  int arrived = 1;
+  std::string reported;  // the first failure a participant reported in its segment
+  std::string fatal;     // why collecting cannot go on: a dead or missing process
+  Backoff backoff;
+  // Collect everybody, even after a failure, so that every participant gets the error.
+  while (fatal.empty() && arrived < ndev) {
+    for (int q = 1; q < ndev && fatal.empty(); ++q) {
+      if (joined[q]) continue;
+      if (!segments[q]) {
+        Outcome r = Segment::TryOpen(SegmentName(o.job, call, sequence, q), &segments[q]);
+        if (!r.ok) fatal = r.message;
+        if (segments[q]) segments[q]->Unlink();  // from now on the leader owns its removal
+      }
+      if (segments[q]) {
+        int32_t state = kReady;
+        SegmentHeader* h = segments[q]->header();
+        if (h->state.compare_exchange_strong(state, kTaken, std::memory_order_acq_rel) ||
+            state == kFailed) {
+          joined[q] = true;
+          ++arrived;
+          if (state == kFailed && reported.empty()) reported = h->message;
+        } else if (state == kAborted) {
+          fatal = h->message;  // it gave up waiting for us
+        }
+      }
+      if (!joined[q] && fatal.empty() && !ProcessAlive(o.pids[q]))
+        fatal = std::string(o.target) + ": " + Who(o, q) + " exited before joining call " + call;
+    }
+    if (fatal.empty() && arrived < ndev) {
+      if (Elapsed(start) > seconds) {
+        std::ostringstream m;
+        m << "jaxmg: timed out after " << seconds << " s (JAXMG_TIMEOUT_S) waiting for the "
+          << "processes of call " << call << ": " << arrived << " of " << ndev
+          << " arrived; missing:";
+        for (int q = 1; q < ndev; ++q)
+          if (!joined[q]) m << " " << Who(o, q);
+        m << ". Every process of the mesh axis must run the same jaxmg calls in the same order.";
+        fatal = m.str();
+      } else {
+        backoff.Wait();
+      }
+    }
+  }
+  std::string error = !own_error.empty() ? own_error : !reported.empty() ? reported : fatal;
+
+  std::vector<Slot> slots(ndev);
+  slots[0].a = o.a_out;
+  slots[0].b = o.x_out;
+  slots[0].signature = Signature(p);
+  for (int q = 1; q < ndev && error.empty(); ++q) {
+    SegmentHeader* h = segments[q]->header();
+    slots[q].a = segments[q]->operand(0);
+    slots[q].b = segments[q]->operand(1);
+    slots[q].signature = std::string(h->signature, strnlen(h->signature, sizeof(h->signature)));
+    if (h->bytes[0] != o.a->size_bytes()) {
+      error = std::string(o.target) + ": " + Who(o, q) + " shared a block of " +
+              std::to_string(h->bytes[0]) + " bytes, expected " +
+              std::to_string(o.a->size_bytes());
+    }
+  }
+  if (error.empty()) error = SameSignatures(o.target, slots).message;
+
+  int32_t info = 0;
+  std::vector<unsigned char> w_host;
+  if (error.empty()) {
+    MgCall mg = MakeCall(o, p, slots);
+    std::vector<int64_t> bytes;
+    Outcome r = backend.WorkspaceBytes(mg, &bytes);
+    // Every position's workspace lives in this process (CPU: host memory).
+    for (size_t d = 0; r.ok && d < bytes.size(); ++d) {
+      if (bytes[d] > 0) r = dev.Allocate(static_cast<size_t>(bytes[d]), &mg.work[d]);
+    }
+    mg.work_bytes = bytes;
+    if (r.ok) r = RunLibrary(o, p, backend, mg, &w_host, &info);
+    if (!r.ok) error = r.message;
+  }
+
+  // Tell everyone who joined; the others time out on their own.
+  for (int q = 1; q < ndev; ++q) {
+    if (!segments[q]) continue;
+    SegmentHeader* h = segments[q]->header();
+    if (error.empty()) {
+      h->info = info;
+      if (o.op == Op::kSyevd) std::memcpy(segments[q]->operand(2), w_host.data(), w_host.size());
+      h->state.store(kDone, std::memory_order_release);
+    } else {
+      segments[q]->Finish(kAborted, error);
+    }
+  }
+  if (!error.empty()) return Fail(error);
+  Outcome r = WriteOutputs(o, p, dev, info, w_host);
+  return r.ok ? ffi::Error::Success() : Fail(r.message);
+}
+
+// Positions > 0: publish the operands in a segment, wait for the leader, copy results back.
+ffi::Error JoinAcrossProcesses(const Operands& o, const Problem& p, Device& dev, int position,
+                               const std::string& call, int64_t sequence, std::string error) {
+  const bool ok = error.empty();
+  uint64_t bytes[3] = {ok ? o.a->size_bytes() : 0, 0, 0};
+  if (ok && o.op == Op::kPotrs)
+    bytes[1] = static_cast<uint64_t>(p.n * p.nrhs) * ElementSize(p.dtype);
+  if (ok && o.op == Op::kSyevd) bytes[2] = static_cast<uint64_t>(p.n) * RealElementSize(p.dtype);
+  std::unique_ptr<Segment> segment;
+  if (Outcome r = Segment::Create(SegmentName(o.job, call, sequence, position), bytes, &segment);
+      !r.ok) {
+    return Fail(r.message);  // the leader times out on this position and says so
+  }
+  SegmentHeader* h = segment->header();
+  h->position = position;
+  if (!ok) {
+    segment->Finish(kFailed, error);
+    segment->Unlink();  // unless the leader got it first, nobody else will
+    return Fail(error);
+  }
+  std::memcpy(segment->operand(0), o.a_out, bytes[0]);
+  if (bytes[1] > 0) std::memcpy(segment->operand(1), o.x_out, bytes[1]);
+  std::snprintf(h->signature, sizeof(h->signature), "%s", Signature(p).c_str());
+  int32_t state = kWriting;  // the leader may have given up on this call meanwhile
+  h->state.compare_exchange_strong(state, kReady, std::memory_order_acq_rel);
+
+  const double seconds = TimeoutSeconds();
+  const auto start = std::chrono::steady_clock::now();
+  Backoff backoff;
+  while (true) {
+    state = h->state.load(std::memory_order_acquire);
+    if (state == kDone || state == kAborted) break;
+    if (!ProcessAlive(o.pids[0])) {
+      error = std::string(o.target) + ": " + Who(o, 0) + ", the leader of call " + call +
+              ", exited " + (state == kTaken ? "while computing" : "before joining");
+      break;
+    }
+    if (state == kReady && Elapsed(start) > seconds) {
+      int32_t expected = kReady;  // withdraw, unless the leader takes it at this very moment
+      if (h->state.compare_exchange_strong(expected, kAborted, std::memory_order_acq_rel)) {
+        std::ostringstream m;
+        m << "jaxmg: timed out after " << seconds << " s (JAXMG_TIMEOUT_S) waiting for "
+          << Who(o, 0) << ", the leader of call " << call << ". Every process of the mesh "
+          << "axis must run the same jaxmg calls in the same order.";
+        error = m.str();
+        break;
+      }
+    }
+    backoff.Wait();  // once taken, the wait is for the computation, bounded by its liveness
+  }
+  segment->Unlink();
+  if (error.empty() && state == kAborted)
+    error = std::string(h->message, strnlen(h->message, sizeof(h->message)));
+  if (!error.empty()) return Fail(error);
+
+  std::memcpy(o.a_out, segment->operand(0), bytes[0]);
+  if (bytes[1] > 0) std::memcpy(o.x_out, segment->operand(1), bytes[1]);
+  std::vector<unsigned char> w_host(segment->operand(2), segment->operand(2) + bytes[2]);
+  Outcome r = WriteOutputs(o, p, dev, h->info, w_host);
+  return r.ok ? ffi::Error::Success() : Fail(r.message);
+}
+
+ffi::Error AcrossProcesses(const Operands& o, const Problem& p, Device& dev, Backend& backend,
+                           int32_t position, std::string error) {
+  const std::string call = MeetingKey(o.target, o.device_ids, o.call_id);
+  const int64_t sequence = NextSequence(call);  // on every path: the processes stay in step
+  if (position < 0 || position >= static_cast<int32_t>(o.device_ids.size()) ||
+      o.pids.size() != o.device_ids.size()) {
+    return Fail(error.empty() ? std::string(o.target) + ": malformed multi-process call" : error);
+  }
+  if (position == 0) return LeadAcrossProcesses(o, p, dev, backend, call, sequence, error);
+  return JoinAcrossProcesses(o, p, dev, position, call, sequence, error);
+}
+
 }  // namespace
 
 ffi::Error Participate(const Operands& o, Device& dev, Backend& backend, int max_participants) {
   // 1. Check, and bring the inputs into the result buffers (XLA normally aliases them).
   Problem p;
-  std::string error;
   int32_t position = -1;
-  if (o.position == nullptr || o.position_count != 1) {
-    error = std::string(o.target) + ": position must be an int32 scalar (lax.axis_index)";
-  } else if (Outcome r = dev.ReadPosition(o.position, &position); !r.ok) {
-    error = r.message;
-  } else {
-    error = CheckOperands(o, position, max_participants, &p);
-  }
-  if (error.empty() && o.a->untyped_data() != o.a_out) {
-    if (Outcome r = dev.Copy(o.a_out, o.a->untyped_data(), o.a->size_bytes()); !r.ok)
-      error = r.message;
-  }
-  if (error.empty() && o.op == Op::kPotrs && o.b->untyped_data() != o.x_out) {
-    if (Outcome r = dev.Copy(o.x_out, o.b->untyped_data(), o.b->size_bytes()); !r.ok)
-      error = r.message;
-  }
-  if (error.empty()) {
-    // The leader reads these buffers from another thread (and, on GPU, other streams).
-    if (Outcome r = dev.Synchronize(); !r.ok) error = r.message;
-  }
+  std::string error = Prepare(o, dev, max_participants, &p, &position);
+  if (o.job != 0) return AcrossProcesses(o, p, dev, backend, position, error);
 
   // 2. Phase 0: meet, publish, the leader sizes the workspace.
   const int ndev = static_cast<int>(std::max<size_t>(o.device_ids.size(), 1));
@@ -164,12 +406,7 @@ ffi::Error Participate(const Operands& o, Device& dev, Backend& backend, int max
   }
   Outcome r = meeting->Phase(0, own, [&] {
     const std::vector<Slot> slots = meeting->Slots();
-    for (size_t d = 0; d < slots.size(); ++d) {
-      if (slots[d].signature != slots[0].signature)
-        return Outcome::Fail(std::string(o.target) + ": participants disagree on the call: " +
-                             "position 0 has " + slots[0].signature + ", position " +
-                             std::to_string(d) + " has " + slots[d].signature);
-    }
+    if (Outcome same = SameSignatures(o.target, slots); !same.ok) return same;
     MgCall call = MakeCall(o, p, slots);
     std::vector<int64_t> bytes;
     Outcome q = backend.WorkspaceBytes(call, &bytes);
@@ -198,23 +435,10 @@ ffi::Error Participate(const Operands& o, Device& dev, Backend& backend, int max
   r = meeting->Phase(1, mine, [&] {
     MgCall call = MakeCall(o, p, meeting->Slots());
     call.work_bytes = meeting->workspace_bytes;
-    if (o.op == Op::kSyevd) {
-      meeting->host_result.assign(static_cast<size_t>(p.n) * RealElementSize(p.dtype), 0);
-      call.w = meeting->host_result.data();
-    }
-    int info = 0;
-    Outcome run = backend.Run(call, &info);
-    if (!run.ok) return run;
+    int32_t info = 0;
+    Outcome run = RunLibrary(o, p, backend, call, &meeting->host_result, &info);
     meeting->info = info;
-    if (o.op == Op::kPotrs && info == 0) {
-      const size_t x_bytes = static_cast<size_t>(p.n * p.nrhs) * ElementSize(p.dtype);
-      for (size_t d = 1; d < call.b.size(); ++d) {
-        Outcome c = backend.CopyAcross(call.devices[d], call.b[d], call.devices[0], call.b[0],
-                                       x_bytes);
-        if (!c.ok) return c;
-      }
-    }
-    return Outcome{};
+    return run;
   });
   if (!r.ok) return Fail(r.message);
 

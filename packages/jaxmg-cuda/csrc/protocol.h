@@ -35,10 +35,22 @@ struct Operands {
   ffi::Span<const int64_t> device_ids;  // attr device_ids (mesh order; its length = ndev)
   int64_t call_id = 0;                // attr call_id
   bool vectors = true;                // attr vectors (syevd)
+  // Multi-process mode (one device per process, one host): `job` is the token the processes
+  // agreed on (0: every participant is in this process) and `pids` the process of each mesh
+  // position. See crossprocess.h.
+  int64_t job = 0;                    // attr job
+  ffi::Span<const int64_t> pids;      // attr pids
 };
 
+inline Operands WithJob(Operands o, int64_t job, ffi::Span<const int64_t> pids) {
+  o.job = job;
+  o.pids = pids;
+  return o;
+}
+
 // Runs the protocol; returns the same error on every participant when anything fails.
-// `max_participants`: the backend's limit (cuSolverMg: 16).
+// `max_participants`: the backend's limit (cuSolverMg: 16). With `operands.job != 0` the
+// participants are processes (crossprocess.h) instead of threads of this process.
 ffi::Error Participate(const Operands& operands, Device& device, Backend& backend,
                        int max_participants);
 

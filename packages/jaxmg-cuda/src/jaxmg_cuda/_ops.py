@@ -54,11 +54,17 @@ def open_meetings() -> int:
     return int(_jaxmg_cuda.open_meetings())
 
 
-def _attrs(T_A, device_ids):
+def _attrs(T_A, device_ids, job, pids):
+    ids = np.asarray(device_ids, dtype=np.int64).reshape(-1)
+    pids = np.zeros_like(ids) if pids is None else np.asarray(pids, dtype=np.int64).reshape(-1)
+    if job and pids.shape != ids.shape:
+        raise ValueError(f"pids must name the process of each of the {ids.size} mesh positions")
     return dict(
         T_A=np.int64(T_A),
-        device_ids=np.asarray(device_ids, dtype=np.int64).reshape(-1),
+        device_ids=ids,
         call_id=np.int64(next(_call_ids)),
+        job=np.int64(job),
+        pids=pids,
     )
 
 
@@ -83,12 +89,16 @@ def _like(x):
     return jax.ShapeDtypeStruct(x.shape, x.dtype)
 
 
-def mg_potrs(a, b, position, *, T_A, device_ids):
+def mg_potrs(a, b, position, *, T_A, device_ids, job=0, pids=None):
     """Cholesky solve on local block-cyclic shards; returns ``(factor, x, status)``.
 
     ``a``: ``[L, N]`` local shard (column-major ``N x L``, tile ``T_A``); ``b``: ``[nrhs, N]``,
     the same on every device; ``position``: this device's index on the mesh axis. ``x`` is
     the full solution on every device; NaN where ``status != 0``.
+
+    Multi-process mode (one device per process, one host, CPU so far): ``job`` is a nonzero
+    token every process of the job agreed on, ``pids`` the process id of each mesh position.
+    The default ``job=0`` means every participant runs in this process.
     """
     call = jax.ffi.ffi_call(
         "jaxmg_potrs",
@@ -96,24 +106,26 @@ def mg_potrs(a, b, position, *, T_A, device_ids):
         input_output_aliases={0: 0, 1: 1},
         vmap_method="sequential",
     )
-    return call(a, b, jnp.asarray(position, jnp.int32), **_attrs(T_A, device_ids))
+    return call(a, b, jnp.asarray(position, jnp.int32), **_attrs(T_A, device_ids, job, pids))
 
 
-def mg_potri(a, position, *, T_A, device_ids):
+def mg_potri(a, position, *, T_A, device_ids, job=0, pids=None):
     """Inverse from the Cholesky factor; returns ``(a_inv, status)``: the lower triangle of
-    the inverse in the same layout (upper triangle unspecified), NaN where ``status != 0``."""
+    the inverse in the same layout (upper triangle unspecified), NaN where ``status != 0``.
+    ``job``, ``pids``: as for :func:`mg_potrs`."""
     call = jax.ffi.ffi_call(
         "jaxmg_potri",
         (_like(a), _status()),
         input_output_aliases={0: 0},
         vmap_method="sequential",
     )
-    return call(a, jnp.asarray(position, jnp.int32), **_attrs(T_A, device_ids))
+    return call(a, jnp.asarray(position, jnp.int32), **_attrs(T_A, device_ids, job, pids))
 
 
-def mg_syevd(a, position, *, T_A, device_ids, vectors=True):
+def mg_syevd(a, position, *, T_A, device_ids, vectors=True, job=0, pids=None):
     """Hermitian eigensolver; returns ``(v, w, status)``: eigenvectors overwrite the shard
-    (unspecified when ``vectors=False``), ``w`` the ascending eigenvalues on every device."""
+    (unspecified when ``vectors=False``), ``w`` the ascending eigenvalues on every device.
+    ``job``, ``pids``: as for :func:`mg_potrs`."""
     real = jnp.finfo(a.dtype).dtype
     call = jax.ffi.ffi_call(
         "jaxmg_syevd",
@@ -122,5 +134,8 @@ def mg_syevd(a, position, *, T_A, device_ids, vectors=True):
         vmap_method="sequential",
     )
     return call(
-        a, jnp.asarray(position, jnp.int32), vectors=bool(vectors), **_attrs(T_A, device_ids)
+        a,
+        jnp.asarray(position, jnp.int32),
+        vectors=bool(vectors),
+        **_attrs(T_A, device_ids, job, pids),
     )

@@ -3,7 +3,9 @@
 ``potrs`` (solve with a Hermitian positive definite matrix), ``potri`` (its inverse) and
 ``syevd`` (Hermitian eigendecomposition) on a matrix sharded over the devices of one node, from
 eagerly executed code, ``jax.jit`` and ``jax.shard_map``. On GPUs the work is done by
-cuSolverMg; on CPU devices by a LAPACK twin that runs the same multi-device machinery.
+cuSolverMg; on CPU devices by a LAPACK twin that runs the same multi-device machinery. One
+process may drive every device, or (CPU so far) each process one device of the node; for
+several nodes, ``host_mesh`` and ``gather_to_hosts`` gather the matrix onto every node.
 
 Importing jaxmg changes no global JAX setting.
 """
@@ -27,6 +29,12 @@ from jaxmg_layout import (
     undo_cyclic_1d_layout as undo_cyclic_1d_layout,
 )
 
+from ._multinode import (
+    gather_to_hosts as gather_to_hosts,
+)
+from ._multinode import (
+    host_mesh as host_mesh,
+)
 from ._solvers import (
     potri as potri,
 )

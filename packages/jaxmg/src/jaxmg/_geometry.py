@@ -15,6 +15,8 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from . import _processes
+
 Form = Literal["cols", "rows"]
 
 #: cuSolverMg's hard limit on the number of GPUs in one call.
@@ -39,6 +41,9 @@ class Geometry:
       platform: ``"cpu"`` or ``"gpu"``.
       device_ids: the participating devices in mesh-position order (CUDA ordinals on GPU, device
         ids on CPU), or ``UNKNOWN_DEVICE`` entries when only the abstract mesh is known.
+      job: 0 when this process drives every device of the axis; else the multi-process mode
+        (one device per process, one host) and the token the job's processes agreed on.
+      pids: in the multi-process mode, the process id of each mesh position.
     """
 
     mesh: object
@@ -47,6 +52,13 @@ class Geometry:
     ndev: int
     platform: str
     device_ids: tuple[int, ...]
+    job: int = 0
+    pids: tuple[int, ...] = ()
+
+    @property
+    def native_job(self) -> dict:
+        """The multi-process attributes of the native call."""
+        return {"job": self.job, "pids": self.pids or None}
 
     @property
     def spec(self) -> P:
@@ -108,11 +120,10 @@ def _check_single_slice(mesh, axis: str) -> None:
 
 
 def local_slice(owners: np.ndarray, me: int, axis: str, shape: dict) -> int:
-    """Index of the one slice of ``axis`` this process drives; an error for any other setup.
+    """Index of the one slice of ``axis`` this process takes part in; an error for any other setup.
 
-    ``owners[r, j]``: the process of device ``j`` in slice ``r``. jaxmg solves within one
-    process driving every device of the slice; a slice spread over several processes (one
-    process per GPU, or several hosts) is refused at call time with an error, never attempted.
+    ``owners[r, j]``: the process of device ``j`` in slice ``r``. Each process solves on one
+    slice (the others, on other processes, solve on theirs).
     """
     mine = [r for r in range(owners.shape[0]) if (owners[r] == me).any()]
     if len(mine) != 1:
@@ -121,29 +132,34 @@ def local_slice(owners: np.ndarray, me: int, axis: str, shape: dict) -> int:
             f"(mesh {shape}); jaxmg solves on exactly one slice per process: shard A "
             "over an axis whose other mesh axes place one slice in this process."
         )
-    processes = sorted({int(p) for p in owners[mine[0]]})
-    if len(processes) > 1:
-        raise ValueError(
-            f"mesh axis {axis!r} spans {len(processes)} processes {processes}: jaxmg solves "
-            "with one process driving every device of the axis. One process per device and "
-            "axes across hosts are not supported yet (multi-process mode is planned); run one "
-            "process per node with all its devices."
-        )
     return mine[0]
 
 
-def _device_ids(mesh, axis: str, platform: str) -> tuple[int, ...]:
-    """Ids of this process's devices along ``axis``, in mesh-position order."""
+def _participants(mesh, axis: str, platform: str):
+    """``(device_ids, job, pids)`` of this process's slice of ``axis``, in mesh order."""
     ndev = dict(mesh.shape)[axis]
     if not isinstance(mesh, jax.sharding.Mesh):
         _check_single_slice(mesh, axis)
-        return (UNKNOWN_DEVICE,) * ndev
+        return (UNKNOWN_DEVICE,) * ndev, 0, ()
     grid = np.moveaxis(mesh.devices, mesh.axis_names.index(axis), -1).reshape(-1, ndev)
     owners = np.vectorize(lambda d: d.process_index, otypes=[np.int64])(grid)
-    row = grid[local_slice(owners, jax.process_index(), axis, dict(mesh.shape))]
+    r = local_slice(owners, jax.process_index(), axis, dict(mesh.shape))
+    row = grid[r]
     if platform == "gpu":
-        return tuple(int(d.local_hardware_id) for d in row)
-    return tuple(int(d.id) for d in row)
+        ids = tuple(int(d.local_hardware_id) for d in row)
+    else:
+        ids = tuple(int(d.id) for d in row)
+    if _processes.classify(owners[r], axis) == "single":
+        return ids, 0, ()
+    job = _processes.job()
+    _processes.classify(owners[r], axis, job.hosts)  # refuses several hosts
+    if platform == "gpu":
+        raise NotImplementedError(
+            f"mesh axis {axis!r} has one GPU per process: the multi-process mode runs on CPU "
+            "devices only so far (CUDA IPC between processes is not built yet). Run one "
+            "process per node that drives all of its GPUs."
+        )
+    return ids, job.token, tuple(job.pids[int(p)] for p in owners[r])
 
 
 def check_device_count(ndev: int, platform: str, axis: str) -> None:
@@ -195,9 +211,9 @@ def resolve(a, mesh=None, in_spec=None, *, argname: str = "A") -> Geometry:
             f"jaxmg runs on NVIDIA GPUs (cuSolverMg) and on CPU devices (LAPACK twin), "
             f"not on {platform!r} devices."
         )
-    device_ids = _device_ids(mesh, axis, platform)
+    device_ids, job, pids = _participants(mesh, axis, platform)
     check_device_count(len(device_ids), platform, axis)
-    return Geometry(mesh, axis, form, len(device_ids), platform, device_ids)
+    return Geometry(mesh, axis, form, len(device_ids), platform, device_ids, job, pids)
 
 
 def from_abstract_mesh(axis_name: str, form: Form) -> Geometry:
@@ -211,6 +227,13 @@ def from_abstract_mesh(axis_name: str, form: Form) -> Geometry:
         )
     _check_single_slice(mesh, axis_name)
     ndev = dict(mesh.shape)[axis_name]
+    if ndev > jax.local_device_count():
+        raise ValueError(
+            f"axis {axis_name!r} has {ndev} devices but this process drives "
+            f"{jax.local_device_count()}: inside a user's shard_map jaxmg cannot tell which "
+            "processes hold them. In a multi-process job call jaxmg.potrs/potri/syevd with the "
+            "concrete mesh instead of the *_no_shardmap functions."
+        )
     platform = _platform(mesh)
     check_device_count(ndev, platform, axis_name)
     return Geometry(mesh, axis_name, form, ndev, platform, (UNKNOWN_DEVICE,) * ndev)

@@ -104,6 +104,7 @@ def _potrs_local(a, b, *, T_A, n, cyclic, geometry, fn):
         jax.lax.axis_index(geometry.axis),
         T_A=layout.tile,
         device_ids=geometry.device_ids,
+        **geometry.native_job,
     )
     return conj(x_rows.T), status
 
@@ -116,6 +117,7 @@ def _potri_local(a, *, T_A, n, cyclic, geometry, fn):
         jax.lax.axis_index(geometry.axis),
         T_A=layout.tile,
         device_ids=geometry.device_ids,
+        **geometry.native_job,
     )
     inv = _hermitian_from_triangle(
         _from_native(inv_rows, T_A, n, geometry), geometry.axis, geometry.form
@@ -132,6 +134,7 @@ def _syevd_local(a, *, T_A, n, cyclic, vectors, geometry, fn):
         T_A=layout.tile,
         device_ids=geometry.device_ids,
         vectors=vectors,
+        **geometry.native_job,
     )
     if not vectors:
         return w, status

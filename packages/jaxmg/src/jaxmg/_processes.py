@@ -1,0 +1,97 @@
+"""Which processes drive a call's devices, and what the processes of a job agreed on.
+
+jaxmg solves in one of two setups, found at call time (never at import):
+
+- single-process: this process drives every device of the solver axis;
+- multi-process: one device per process, every process on this host (``jax.distributed``,
+  e.g. one process per GPU under ``srun``/``mpirun``). The native handlers then meet through
+  shared memory under a token the processes agreed on.
+
+Anything else (devices of the axis on several hosts, or several processes each holding several
+devices of it) is refused with an error that says what was found; for several hosts see
+:func:`jaxmg.gather_to_hosts`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import os
+import socket
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """What every process of a ``jax.distributed`` job knows about all of them.
+
+    Attributes:
+      token: a random nonzero 63-bit number drawn by process 0: names shared objects, so two
+        jobs on one host never meet.
+      pids: the operating-system process id of each process, by ``jax.process_index()``.
+      hosts: a hash of each process's host name, by process index.
+    """
+
+    token: int
+    pids: tuple[int, ...]
+    hosts: tuple[int, ...]
+
+
+def _host_hash() -> int:
+    name = socket.gethostname().encode()
+    return int.from_bytes(hashlib.sha256(name).digest()[:7], "little")
+
+
+@functools.lru_cache(maxsize=1)
+def job() -> Job:
+    """The job's shared facts, gathered once with one collective over every process.
+
+    Every process must reach its first multi-process jaxmg call (they all do: a jax.distributed
+    program runs the same calls in the same order).
+    """
+    from jax.experimental import multihost_utils
+
+    mine = np.array(
+        [os.getpid(), _host_hash(), int.from_bytes(os.urandom(8), "little") >> 1 | 1], np.int64
+    )
+    table = np.asarray(multihost_utils.process_allgather(mine)).reshape(-1, 3)
+    return Job(
+        token=int(table[0, 2]),
+        pids=tuple(int(p) for p in table[:, 0]),
+        hosts=tuple(int(h) for h in table[:, 1]),
+    )
+
+
+def classify(processes, axis: str, hosts=None) -> str:
+    """``"single"`` or ``"multi"`` for the processes of one slice of the solver axis.
+
+    Args:
+      processes: the process index of each device of the slice, in mesh order.
+      axis: the mesh axis, for messages.
+      hosts: the host hash of each process (by process index); needed only when the slice
+        spans several processes.
+
+    Raises:
+      ValueError: the slice spans several hosts, or several processes that each hold more
+        than one of its devices.
+    """
+    processes = [int(p) for p in processes]
+    distinct = sorted(set(processes))
+    if len(distinct) == 1:
+        return "single"
+    if len(distinct) != len(processes):
+        counts = {p: processes.count(p) for p in distinct}
+        raise ValueError(
+            f"mesh axis {axis!r} spans {len(distinct)} processes holding {counts} of its "
+            f"{len(processes)} devices; jaxmg solves with one process driving every device of "
+            "the axis, or with one device per process (all on one host)."
+        )
+    if hosts is not None and len({hosts[p] for p in distinct}) > 1:
+        raise ValueError(
+            f"mesh axis {axis!r} spans processes on several hosts; cuSolverMg solves within one "
+            "node. Gather A onto each host first: jaxmg.gather_to_hosts(A, jaxmg.host_mesh()) "
+            "(see the README's multi-node recipe)."
+        )
+    return "multi"

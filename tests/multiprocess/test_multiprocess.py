@@ -1,0 +1,137 @@
+"""The multi-process mode on CPU: real ``jax.distributed`` jobs of 2 and 4 processes on localhost.
+
+Each test starts the processes of ``worker.py`` with a deadline (a job that overruns it is
+killed and the test fails: nothing here can hang CI), then reads the JSON lines the processes
+printed: every check compares against numpy inside the worker. This suite needs no simulated
+device count of its own (each worker sets its own), so ``nox -s tests`` runs it once.
+"""
+
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+WORKER = pathlib.Path(__file__).with_name("worker.py")
+SHM = pathlib.Path("/dev/shm")
+PREFIX = f"jaxmg-{os.geteuid()}-"
+# potrs, potri, syevd, syevd_values x 2 dtypes x 2 forms, for 2 sizes; plus not_pd and done.
+SOLVE_CHECKS = 4 * 2 * 2 * 2 + 2 + 1
+
+pytestmark = pytest.mark.skipif(not SHM.is_dir(), reason="no /dev/shm (POSIX shared memory)")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_job(scenario, processes, local_devices=1, env=None):
+    port = _free_port()
+    environment = dict(os.environ, JAX_PLATFORMS="cpu", **(env or {}))
+    environment.pop("XLA_FLAGS", None)
+    return [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), scenario, str(i), str(processes), str(port)]
+            + [str(local_devices)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=environment,
+        )
+        for i in range(processes)
+    ]
+
+
+def finish_job(procs, timeout=240):
+    """Waits for every process (killing all of them at the deadline); returns
+    ``(returncodes, checks, output)`` with the JSON checks of every process."""
+    deadline = time.monotonic() + timeout
+    outputs = []
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=max(deadline - time.monotonic(), 1))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            out, _ = p.communicate()
+            pytest.fail(f"multi-process job overran its {timeout} s deadline:\n{out[-3000:]}")
+        outputs.append(out)
+    checks = []
+    for out in outputs:
+        for line in out.splitlines():
+            if line.startswith('{"check"'):
+                checks.append(json.loads(line))
+    return [p.returncode for p in procs], checks, "\n".join(o[-3000:] for o in outputs)
+
+
+def run_job(scenario, processes, local_devices=1, env=None, timeout=240):
+    return finish_job(start_job(scenario, processes, local_devices, env), timeout)
+
+
+def ours():
+    return {p.name for p in SHM.iterdir() if p.name.startswith(PREFIX)}
+
+
+@pytest.fixture(autouse=True)
+def no_shared_memory_left():
+    """Every segment a test's processes created is gone afterwards, whatever happened."""
+    before = ours()
+    yield
+    left = ours() - before
+    assert not left, f"shared memory left behind in /dev/shm: {sorted(left)}"
+
+
+def assert_all_passed(codes, checks, output, processes, expected):
+    assert codes == [0] * processes, output
+    failed = [c for c in checks if not c["ok"]]
+    assert not failed, failed
+    for i in range(processes):
+        mine = [c for c in checks if c["process"] == i]
+        assert len(mine) == expected, (i, len(mine), output)
+        assert mine[-1]["check"] == "done"
+
+
+@pytest.mark.parametrize("processes", [2, 4])
+def test_every_routine_across_processes(processes):
+    """potrs, potri, syevd x float64/complex64 x both forms on one device per process."""
+    codes, checks, output = run_job("solve", processes)
+    assert_all_passed(codes, checks, output, processes, SOLVE_CHECKS)
+    assert {c["check"] for c in checks} >= {"potrs", "potri", "syevd", "syevd_values", "not_pd"}
+
+
+def test_two_jobs_on_one_host_never_meet():
+    """Two 2-process jobs at the same time, running the very same calls: both correct."""
+    jobs = [start_job("solve", 2), start_job("solve", 2)]
+    for procs in jobs:
+        codes, checks, output = finish_job(procs, timeout=400)
+        assert_all_passed(codes, checks, output, 2, SOLVE_CHECKS)
+
+
+@pytest.mark.parametrize(
+    "scenario, who",
+    [("leader_dies", "mesh position 0"), ("member_dies", "mesh position 1")],
+)
+def test_a_dead_process_fails_the_others_within_the_deadline(scenario, who):
+    """The process at ``who`` is killed while the others wait in the call: they report it by
+    name well before the deadline, and leave no shared memory behind."""
+    deadline = 30.0
+    codes, checks, output = run_job(scenario, 2, env={"JAXMG_TIMEOUT_S": str(deadline)})
+    survivor = [c for c in checks if c["check"] == "survivor_error"]
+    assert len(survivor) == 1, output
+    report = survivor[0]
+    assert report["ok"], report
+    assert who in report["error"] and "exited" in report["error"], report
+    assert report["seconds"] < deadline / 2, report
+    assert codes[0] == 0 and codes[1] != 0, (codes, output)  # process 1 was killed
+
+
+def test_multinode_recipe_two_processes_of_two_devices():
+    """host_mesh + gather_to_hosts: each process solves on its own two devices."""
+    codes, checks, output = run_job("multinode", 2, local_devices=2)
+    assert_all_passed(codes, checks, output, 2, 4)

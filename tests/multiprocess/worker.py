@@ -1,0 +1,162 @@
+"""One process of a multi-process jaxmg job on CPU, started by test_multiprocess.py.
+
+    python worker.py SCENARIO PROCESS_ID PROCESSES PORT [DEVICES_PER_PROCESS]
+
+Every process builds the same matrices (seeded numpy), runs the scenario through the public
+API, and prints one JSON line per check, ``{"check": ..., "ok": bool, ...}``, compared here
+against numpy; the test reads them. Scenarios:
+
+- ``solve``: potrs, potri, syevd (values and vectors) x float64, complex64, both sharding
+  forms, plus a matrix that is not positive definite; one device per process.
+- ``leader_dies``: one good call, then the leader's process (mesh position 0, process 1) is
+  killed before its next call; the survivors must report it within the deadline.
+- ``member_dies``: the same with a non-leader (process 1 at mesh position 1) killed.
+- ``multinode``: several devices per process; the multi-node recipe (host_mesh,
+  gather_to_hosts) solves on each process's own devices.
+
+Survivors leave with os._exit: jax.distributed's shutdown would wait for the dead peer.
+"""
+
+import json
+import os
+import signal
+import sys
+import time
+
+scenario, process_id, processes, port = sys.argv[1], *map(int, sys.argv[2:5])
+local_devices = int(sys.argv[5]) if len(sys.argv) > 5 else 1
+
+import jax  # noqa: E402
+
+jax.config.update("jax_platforms", "cpu")
+jax.config.update("jax_num_cpu_devices", local_devices)
+jax.config.update("jax_cpu_collectives_implementation", "gloo")
+jax.config.update("jax_enable_x64", True)
+jax.distributed.initialize(f"127.0.0.1:{port}", processes, process_id, initialization_timeout=60)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.experimental import multihost_utils  # noqa: E402
+from jax.sharding import NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+import jaxmg  # noqa: E402
+
+
+def report(check, ok, **extra):
+    print(
+        json.dumps({"check": check, "ok": bool(ok), "process": process_id, **extra}, default=float),
+        flush=True,
+    )
+
+
+def hermitian_pd(n, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    m = rng.standard_normal((n, n))
+    if np.issubdtype(dtype, np.complexfloating):
+        m = m + 1j * rng.standard_normal((n, n))
+    return (m @ m.conj().T / n + np.eye(n)).astype(dtype)
+
+
+def place(a, mesh, spec):
+    return jax.make_array_from_callback(a.shape, NamedSharding(mesh, spec), lambda i: a[i])
+
+
+def fetch(x):
+    """The whole of a global array on every process."""
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+
+def eps(dtype):
+    return np.finfo(np.dtype(dtype)).eps
+
+
+def scaled_residual(A, x, b):
+    n = A.shape[0]
+    num = np.linalg.norm(A @ x - b)
+    return num / (np.linalg.norm(A) * np.linalg.norm(x) * n * eps(A.dtype))
+
+
+def solve(mesh, n, tile):
+    for dtype in (np.float64, np.complex64):
+        A = hermitian_pd(n, dtype, seed=n)
+        b = np.arange(1, 2 * n + 1, dtype=dtype).reshape(n, 2) / n
+        for name, spec in (("cols", P(None, "x")), ("rows", P("x", None))):
+            a = place(A, mesh, spec)
+            case = {"dtype": np.dtype(dtype).name, "form": name, "n": n, "T_A": tile}
+            x, status = jaxmg.potrs(a, place(b, mesh, P()), tile, return_status=True)
+            res = scaled_residual(A, fetch(x), b)
+            report("potrs", res < 30 and int(fetch(status)[0]) == 0, residual=res, **case)
+            inv, status = jaxmg.potri(a, tile, return_status=True)
+            err = np.linalg.norm(fetch(inv) @ A - np.eye(n)) / (n * eps(dtype) * 1e3)
+            report("potri", err < 1 and int(fetch(status)[0]) == 0, error=err, **case)
+            w, V = jaxmg.syevd(a, tile)
+            V = fetch(V)
+            w = fetch(w)
+            ortho = np.linalg.norm(V.conj().T @ V - np.eye(n)) / (n * eps(dtype))
+            res = np.linalg.norm(A @ V - V * w) / (np.linalg.norm(A) * n * eps(dtype))
+            ref = np.linalg.eigvalsh(A)
+            close = np.allclose(w, ref, rtol=0, atol=1e3 * eps(dtype) * np.abs(ref).max())
+            report("syevd", ortho < 30 and res < 30 and close, ortho=ortho, residual=res, **case)
+            w_only = fetch(jaxmg.syevd(a, tile, return_eigenvectors=False))
+            report("syevd_values", np.allclose(w_only, w, rtol=0, atol=1e3 * eps(dtype)), **case)
+    bad = hermitian_pd(n, np.float64)
+    bad[3, 3] = -1.0  # leading minor of order 4 not positive definite
+    x, status = jaxmg.potrs(place(bad, mesh, P(None, "x")), jnp.ones(n), tile, return_status=True)
+    status = int(fetch(status)[0])
+    report("not_pd", status > 0 and np.isnan(fetch(x)).all(), status=status)
+
+
+def dies(mesh, n, tile, victim):
+    """A good call, then ``victim`` is killed before its next call; others must fail fast."""
+    a_np = hermitian_pd(n, np.float64)
+    a = jaxmg.cyclic_1d_layout(place(a_np, mesh, P(None, "x")), tile)
+    b = place(np.ones(n), mesh, P())
+    x = jaxmg.potrs(a, b, tile, cyclic_1d=True)
+    report("first_call", scaled_residual(a_np, fetch(x), np.ones(n)) < 30)
+    if process_id == victim:
+        time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGKILL)
+    start = time.monotonic()
+    try:
+        # No collective runs before the native call (cyclic input, replicated b): the survivors
+        # reach the rendezvous while the victim is still alive, then see it die.
+        jax.block_until_ready(jaxmg.potrs(a, b, tile, cyclic_1d=True))
+        report("survivor_error", False, error="the call succeeded without the dead process")
+    except Exception as err:  # noqa: BLE001 - the test reads the message
+        report("survivor_error", True, error=str(err), seconds=time.monotonic() - start)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def multinode(n, tile):
+    mesh = jaxmg.host_mesh()
+    A = hermitian_pd(n, np.float64, seed=1)
+    a = place(A, mesh, P(None, ("host", "x")))
+    local = jaxmg.gather_to_hosts(a, mesh)
+    report("gathered_spec", local.sharding.spec == P(None, "x"), spec=str(local.sharding.spec))
+    b = np.ones((n, 1))
+    x = jaxmg.potrs(local, place(b, mesh, P()), tile)
+    report("multinode_potrs", scaled_residual(A, fetch(x), b) < 30)
+    w = jaxmg.syevd(local, tile, return_eigenvectors=False)
+    ref = np.linalg.eigvalsh(A)
+    report("multinode_syevd", np.allclose(fetch(w), ref, rtol=0, atol=1e-10 * np.abs(ref).max()))
+
+
+if scenario == "solve":
+    mesh = jax.make_mesh((jax.device_count(),), ("x",))
+    solve(mesh, n=6 * jax.device_count(), tile=2)
+    solve(mesh, n=5 * jax.device_count(), tile=3)
+elif scenario in ("leader_dies", "member_dies"):
+    devices = sorted(jax.devices(), key=lambda d: d.process_index)
+    if scenario == "leader_dies":
+        devices = devices[1:2] + devices[:1] + devices[2:]  # process 1 at mesh position 0
+    mesh = jax.sharding.Mesh(np.array(devices), ("x",))
+    dies(mesh, n=4 * len(devices), tile=2, victim=1)
+elif scenario == "multinode":
+    multinode(n=8 * jax.device_count(), tile=4)
+else:
+    raise SystemExit(f"unknown scenario {scenario!r}")
+report("done", True)
+sys.stdout.flush()
+os._exit(0)

@@ -135,3 +135,22 @@ def test_multinode_recipe_two_processes_of_two_devices():
     """host_mesh + gather_to_hosts: each process solves on its own two devices."""
     codes, checks, output = run_job("multinode", 2, local_devices=2)
     assert_all_passed(codes, checks, output, 2, 4)
+
+
+@pytest.mark.parametrize("args", [[], ["--processes", "4"], ["--devices-per-process", "2"]])
+def test_multi_process_example(args):
+    """examples/multi_process.py launches its own job; every process prints True."""
+    example = pathlib.Path(__file__).parents[2] / "examples" / "multi_process.py"
+    environment = dict(os.environ, JAX_PLATFORMS="cpu")
+    environment.pop("XLA_FLAGS", None)
+    done = subprocess.run(
+        [sys.executable, str(example), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=environment,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    verdicts = [line for line in done.stdout.splitlines() if line in ("True", "False")]
+    processes = 4 if "4" in args else 2
+    assert verdicts == ["True"] * processes, done.stdout

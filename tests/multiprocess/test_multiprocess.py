@@ -19,8 +19,9 @@ import pytest
 WORKER = pathlib.Path(__file__).with_name("worker.py")
 SHM = pathlib.Path("/dev/shm")
 PREFIX = f"jaxmg-{os.geteuid()}-"
-# potrs, potri, syevd, syevd_values x 2 dtypes x 2 forms, for 2 sizes; plus not_pd and done.
-SOLVE_CHECKS = 4 * 2 * 2 * 2 + 2 + 1
+# potrs, potri, syevd, syevd_values x 2 dtypes x 2 forms, plus not_pd and no_shardmap_refused,
+# for 2 sizes; plus done.
+SOLVE_CHECKS = (4 * 2 * 2 + 2) * 2 + 1
 
 pytestmark = pytest.mark.skipif(not SHM.is_dir(), reason="no /dev/shm (POSIX shared memory)")
 

@@ -7,7 +7,8 @@ API, and prints one JSON line per check, ``{"check": ..., "ok": bool, ...}``, co
 against numpy; the test reads them. Scenarios:
 
 - ``solve``: potrs, potri, syevd (values and vectors) x float64, complex64, both sharding
-  forms, plus a matrix that is not positive definite; one device per process.
+  forms, plus a matrix that is not positive definite, and the *_no_shardmap refusal; one
+  device per process.
 - ``leader_dies``: one good call, then the leader's process (mesh position 0, process 1) is
   killed before its next call; the survivors must report it within the deadline.
 - ``member_dies``: the same with a non-leader (process 1 at mesh position 1) killed.
@@ -17,6 +18,7 @@ against numpy; the test reads them. Scenarios:
 Survivors leave with os._exit: jax.distributed's shutdown would wait for the dead peer.
 """
 
+import functools
 import json
 import os
 import signal
@@ -105,6 +107,15 @@ def solve(mesh, n, tile):
     x, status = jaxmg.potrs(place(bad, mesh, P(None, "x")), jnp.ones(n), tile, return_status=True)
     status = int(fetch(status)[0])
     report("not_pd", status > 0 and np.isnan(fetch(x)).all(), status=status)
+    # Inside a user's shard_map only the abstract mesh is known: refused, with the way out.
+    body = functools.partial(jaxmg.potrs_no_shardmap, T_A=tile)
+    try:
+        jax.shard_map(body, mesh=mesh, in_specs=(P(None, "x"), P()), out_specs=(P(), P()))(
+            place(bad, mesh, P(None, "x")), place(np.ones(n), mesh, P())
+        )
+        report("no_shardmap_refused", False)
+    except ValueError as err:
+        report("no_shardmap_refused", "concrete mesh" in str(err), error=str(err))
 
 
 def dies(mesh, n, tile, victim):

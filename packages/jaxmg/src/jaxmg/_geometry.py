@@ -227,13 +227,14 @@ def from_abstract_mesh(axis_name: str, form: Form) -> Geometry:
         )
     _check_single_slice(mesh, axis_name)
     ndev = dict(mesh.shape)[axis_name]
-    if ndev > jax.local_device_count():
-        raise ValueError(
-            f"axis {axis_name!r} has {ndev} devices but this process drives "
-            f"{jax.local_device_count()}: inside a user's shard_map jaxmg cannot tell which "
-            "processes hold them. In a multi-process job call jaxmg.potrs/potri/syevd with the "
-            "concrete mesh instead of the *_no_shardmap functions."
-        )
     platform = _platform(mesh)
+    local = jax.local_device_count(platform)
+    if ndev > local:
+        raise ValueError(
+            f"axis {axis_name!r} has {ndev} devices but this process drives {local} {platform} "
+            "devices: inside a user's shard_map jaxmg cannot tell which processes hold them. "
+            "In a multi-process job call jaxmg.potrs/potri/syevd with the concrete mesh instead "
+            "of the *_no_shardmap functions."
+        )
     check_device_count(ndev, platform, axis_name)
     return Geometry(mesh, axis_name, form, ndev, platform, (UNKNOWN_DEVICE,) * ndev)

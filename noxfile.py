@@ -6,8 +6,8 @@
 - ``lint``: ruff.
 - ``demo``: install and run ``python -m jaxmg demo``.
 - ``tsan``: the rendezvous and CPU twin under ThreadSanitizer.
-- ``bench``: the CPU benchmarks (solvers vs JAX on one device; layout round trip); arguments
-  after ``--`` go to ``benchmarks/solvers.py``.
+- ``bench``: the CPU benchmarks (solvers vs JAX on one device; layout round trip; one device
+  per process vs one process); arguments after ``--`` go to ``benchmarks/solvers.py``.
 - ``gpu``: on a GPU machine, build against the installed CUDA, run the GPU tests with
   ``JAXMG_REQUIRE_GPU=1`` and the GPU benchmarks (``benchmarks/gpu_validate.py``).
 """
@@ -110,6 +110,12 @@ def bench(session):
         "benchmarks/layout_roundtrip.py",
         "--json",
         str(results / "layout_roundtrip_cpu.jsonl"),
+    )
+    session.run(
+        "python",
+        "benchmarks/multiprocess.py",
+        "--json",
+        str(results / "multiprocess_cpu.jsonl"),
     )
 
 

@@ -55,19 +55,16 @@ ffi::Error Participate(const Operands& operands, Device& device, Backend& backen
                        int max_participants);
 
 // The operands of each target, shared by the CPU and CUDA handlers.
-inline Operands PotrsOperands(ffi::AnyBuffer& a, ffi::AnyBuffer& b,
-                              ffi::Buffer<ffi::S32>& position,
-                              ffi::Result<ffi::AnyBuffer>& a_out, ffi::Result<ffi::AnyBuffer>& x,
-                              ffi::Result<ffi::Buffer<ffi::S32>>& status, int64_t tile,
-                              ffi::Span<const int64_t> device_ids, int64_t call_id) {
+// What every target has: the matrix, the position, the status and the attributes.
+inline Operands CommonOperands(Op op, const char* target, ffi::AnyBuffer& a, void* a_out,
+                               ffi::Buffer<ffi::S32>& position,
+                               ffi::Result<ffi::Buffer<ffi::S32>>& status, int64_t tile,
+                               ffi::Span<const int64_t> device_ids, int64_t call_id) {
   Operands o;
-  o.op = Op::kPotrs;
-  o.target = "jaxmg_potrs";
+  o.op = op;
+  o.target = target;
   o.a = &a;
-  o.a_out = a_out->untyped_data();
-  o.b = &b;
-  o.x_out = x->untyped_data();
-  o.x_dims = x->dimensions();
+  o.a_out = a_out;
   o.position = position.typed_data();
   o.position_count = position.element_count();
   o.status_out = status->typed_data();
@@ -75,6 +72,19 @@ inline Operands PotrsOperands(ffi::AnyBuffer& a, ffi::AnyBuffer& b,
   o.tile = tile;
   o.device_ids = device_ids;
   o.call_id = call_id;
+  return o;
+}
+
+inline Operands PotrsOperands(ffi::AnyBuffer& a, ffi::AnyBuffer& b,
+                              ffi::Buffer<ffi::S32>& position,
+                              ffi::Result<ffi::AnyBuffer>& a_out, ffi::Result<ffi::AnyBuffer>& x,
+                              ffi::Result<ffi::Buffer<ffi::S32>>& status, int64_t tile,
+                              ffi::Span<const int64_t> device_ids, int64_t call_id) {
+  Operands o = CommonOperands(Op::kPotrs, "jaxmg_potrs", a, a_out->untyped_data(), position,
+                              status, tile, device_ids, call_id);
+  o.b = &b;
+  o.x_out = x->untyped_data();
+  o.x_dims = x->dimensions();
   return o;
 }
 
@@ -82,19 +92,8 @@ inline Operands PotriOperands(ffi::AnyBuffer& a, ffi::Buffer<ffi::S32>& position
                               ffi::Result<ffi::AnyBuffer>& a_out,
                               ffi::Result<ffi::Buffer<ffi::S32>>& status, int64_t tile,
                               ffi::Span<const int64_t> device_ids, int64_t call_id) {
-  Operands o;
-  o.op = Op::kPotri;
-  o.target = "jaxmg_potri";
-  o.a = &a;
-  o.a_out = a_out->untyped_data();
-  o.position = position.typed_data();
-  o.position_count = position.element_count();
-  o.status_out = status->typed_data();
-  o.status_count = status->element_count();
-  o.tile = tile;
-  o.device_ids = device_ids;
-  o.call_id = call_id;
-  return o;
+  return CommonOperands(Op::kPotri, "jaxmg_potri", a, a_out->untyped_data(), position, status,
+                        tile, device_ids, call_id);
 }
 
 inline Operands SyevdOperands(ffi::AnyBuffer& a, ffi::Buffer<ffi::S32>& position,
@@ -102,21 +101,11 @@ inline Operands SyevdOperands(ffi::AnyBuffer& a, ffi::Buffer<ffi::S32>& position
                               ffi::Result<ffi::Buffer<ffi::S32>>& status, int64_t tile,
                               ffi::Span<const int64_t> device_ids, int64_t call_id,
                               bool vectors) {
-  Operands o;
-  o.op = Op::kSyevd;
-  o.target = "jaxmg_syevd";
-  o.a = &a;
-  o.a_out = v->untyped_data();
+  Operands o = CommonOperands(Op::kSyevd, "jaxmg_syevd", a, v->untyped_data(), position, status,
+                              tile, device_ids, call_id);
   o.w_out = w->untyped_data();
   o.w_type = w->element_type();
   o.w_dims = w->dimensions();
-  o.position = position.typed_data();
-  o.position_count = position.element_count();
-  o.status_out = status->typed_data();
-  o.status_count = status->element_count();
-  o.tile = tile;
-  o.device_ids = device_ids;
-  o.call_id = call_id;
   o.vectors = vectors;
   return o;
 }

@@ -300,96 +300,88 @@ class CudaBackend final : public Backend {
   explicit CudaBackend(const Api* api) : api_(api) {}
 
   Outcome WorkspaceBytes(const MgCall& c, std::vector<int64_t>* bytes) override {
-    MgContext* ctx = nullptr;
-    if (Outcome o = Context(c, &ctx); !o.ok) return o;
-    std::lock_guard<std::mutex> lock(ctx->mu());
-    DeviceGuard guard(api_);
-    const auto type = MgType(c.dtype);
-    cuda::cudaLibMgMatrixDesc_t desc_a = nullptr;
-    if (Outcome o = ctx->Desc(c.n, c.n, c.tile, type, &desc_a); !o.ok) return o;
-    std::vector<void*> a = c.a;
-    int64_t need = 0, size = 0;
-    if (c.op == Op::kPotrs || c.op == Op::kPotri) {
-      JAXMG_MG(api_, cusolverMgPotrf_bufferSize(ctx->handle(), cuda::CUBLAS_FILL_MODE_LOWER,
-                                                c.n, a.data(), 1, 1, desc_a, type, &size));
-      need = std::max(need, size);
-    }
-    if (c.op == Op::kPotrs && c.nrhs > 0) {
-      const int chunk = RhsChunk(c);
-      cuda::cudaLibMgMatrixDesc_t desc_b = nullptr;
-      if (Outcome o = ctx->Desc(c.n, chunk, chunk, type, &desc_b); !o.ok) return o;
-      std::vector<void*> b = c.b;
-      JAXMG_MG(api_, cusolverMgPotrs_bufferSize(ctx->handle(), cuda::CUBLAS_FILL_MODE_LOWER,
-                                                c.n, chunk, a.data(), 1, 1, desc_a, b.data(), 1,
-                                                1, desc_b, type, &size));
-      need = std::max(need, size);
-    }
-    if (c.op == Op::kPotri) {
-      JAXMG_MG(api_, cusolverMgPotri_bufferSize(ctx->handle(), cuda::CUBLAS_FILL_MODE_LOWER,
-                                                c.n, a.data(), 1, 1, desc_a, type, &size));
-      need = std::max(need, size);
-    }
-    if (c.op == Op::kSyevd) {
-      std::vector<unsigned char> w(static_cast<size_t>(c.n) * RealElementSize(c.dtype));
-      JAXMG_MG(api_, cusolverMgSyevd_bufferSize(ctx->handle(), EigMode(c),
-                                                cuda::CUBLAS_FILL_MODE_LOWER, c.n, a.data(), 1,
-                                                1, desc_a, w.data(), MgRealType(c.dtype), type,
-                                                &size));
-      need = std::max(need, size);
-    }
-    // lwork counts elements of the compute type, on every device.
-    bytes->assign(c.a.size(), std::max<int64_t>(need, 1) * ElementSize(c.dtype));
-    return {};
+    return WithMatrix(c, [&](MgContext* ctx, cuda::cudaDataType type,
+                             cuda::cudaLibMgMatrixDesc_t desc_a,
+                             std::vector<void*>& a) -> Outcome {
+      int64_t need = 0, size = 0;
+      if (c.op == Op::kPotrs || c.op == Op::kPotri) {
+        JAXMG_MG(api_, cusolverMgPotrf_bufferSize(ctx->handle(), cuda::CUBLAS_FILL_MODE_LOWER,
+                                                  c.n, a.data(), 1, 1, desc_a, type, &size));
+        need = std::max(need, size);
+      }
+      if (c.op == Op::kPotrs && c.nrhs > 0) {
+        const int chunk = RhsChunk(c);
+        cuda::cudaLibMgMatrixDesc_t desc_b = nullptr;
+        if (Outcome o = ctx->Desc(c.n, chunk, chunk, type, &desc_b); !o.ok) return o;
+        std::vector<void*> b = c.b;
+        JAXMG_MG(api_, cusolverMgPotrs_bufferSize(ctx->handle(), cuda::CUBLAS_FILL_MODE_LOWER,
+                                                  c.n, chunk, a.data(), 1, 1, desc_a, b.data(), 1,
+                                                  1, desc_b, type, &size));
+        need = std::max(need, size);
+      }
+      if (c.op == Op::kPotri) {
+        JAXMG_MG(api_, cusolverMgPotri_bufferSize(ctx->handle(), cuda::CUBLAS_FILL_MODE_LOWER,
+                                                  c.n, a.data(), 1, 1, desc_a, type, &size));
+        need = std::max(need, size);
+      }
+      if (c.op == Op::kSyevd) {
+        std::vector<unsigned char> w(static_cast<size_t>(c.n) * RealElementSize(c.dtype));
+        JAXMG_MG(api_, cusolverMgSyevd_bufferSize(ctx->handle(), EigMode(c),
+                                                  cuda::CUBLAS_FILL_MODE_LOWER, c.n, a.data(), 1,
+                                                  1, desc_a, w.data(), MgRealType(c.dtype), type,
+                                                  &size));
+        need = std::max(need, size);
+      }
+      // lwork counts elements of the compute type, on every device.
+      bytes->assign(c.a.size(), std::max<int64_t>(need, 1) * ElementSize(c.dtype));
+      return {};
+    });
   }
 
   Outcome Run(const MgCall& c, int* info) override {
-    MgContext* ctx = nullptr;
-    if (Outcome o = Context(c, &ctx); !o.ok) return o;
-    std::lock_guard<std::mutex> lock(ctx->mu());
-    DeviceGuard guard(api_);
-    const auto type = MgType(c.dtype);
-    cuda::cudaLibMgMatrixDesc_t desc_a = nullptr;
-    if (Outcome o = ctx->Desc(c.n, c.n, c.tile, type, &desc_a); !o.ok) return o;
-    std::vector<void*> a = c.a;
-    std::vector<void*> work = c.work;
-    // The same size on every device (WorkspaceBytes); the library counts elements.
-    const int64_t lwork = LworkElements(c);
-    *info = 0;
-    if (c.op == Op::kPotrs || c.op == Op::kPotri) {
-      // A matrix that is not positive definite must come back as LAPACK's info > 0, not as an
-      // error: an earlier implementation saw cuSolverMg flag it through its status instead, so
-      // a failing status with info > 0 is read as info. (Unverified on hardware.)
-      int status = api_->cusolverMgPotrf(ctx->handle(), cuda::CUBLAS_FILL_MODE_LOWER, c.n,
-                                         a.data(), 1, 1, desc_a, type, work.data(), lwork, info);
-      if (*info > 0) status = cuda::CUSOLVER_STATUS_SUCCESS;
-      JAXMG_VENDOR_STATUS(kCusolverMg, api_, status, "cusolverMgPotrf(handle, LOWER, N, A, ...)");
-    }
-    if (c.op == Op::kPotrs && *info == 0) {
-      // B is one tile on mesh position 0, solved in chunks of columns (no cap on nrhs).
-      const int chunk = RhsChunk(c);
-      const size_t esize = ElementSize(c.dtype);
-      for (int c0 = 0; c0 < c.nrhs && *info == 0; c0 += chunk) {
-        const int width = std::min(chunk, c.nrhs - c0);
-        cuda::cudaLibMgMatrixDesc_t desc_b = nullptr;
-        if (Outcome o = ctx->Desc(c.n, width, width, type, &desc_b); !o.ok) return o;
-        std::vector<void*> b;
-        for (void* p : c.b)
-          b.push_back(static_cast<char*>(p) + static_cast<size_t>(c0) * c.lda * esize);
-        JAXMG_MG(api_, cusolverMgPotrs(ctx->handle(), cuda::CUBLAS_FILL_MODE_LOWER, c.n, width,
-                                       a.data(), 1, 1, desc_a, b.data(), 1, 1, desc_b, type,
+    return WithMatrix(c, [&](MgContext* ctx, cuda::cudaDataType type,
+                             cuda::cudaLibMgMatrixDesc_t desc_a,
+                             std::vector<void*>& a) -> Outcome {
+      std::vector<void*> work = c.work;
+      // The same size on every device (WorkspaceBytes); the library counts elements.
+      const int64_t lwork = LworkElements(c);
+      *info = 0;
+      if (c.op == Op::kPotrs || c.op == Op::kPotri) {
+        // A matrix that is not positive definite must come back as LAPACK's info > 0, not as an
+        // error: an earlier implementation saw cuSolverMg flag it through its status instead, so
+        // a failing status with info > 0 is read as info. (Unverified on hardware.)
+        int status = api_->cusolverMgPotrf(ctx->handle(), cuda::CUBLAS_FILL_MODE_LOWER, c.n,
+                                           a.data(), 1, 1, desc_a, type, work.data(), lwork, info);
+        if (*info > 0) status = cuda::CUSOLVER_STATUS_SUCCESS;
+        JAXMG_VENDOR_STATUS(kCusolverMg, api_, status, "cusolverMgPotrf(handle, LOWER, N, A, ...)");
+      }
+      if (c.op == Op::kPotrs && *info == 0) {
+        // B is one tile on mesh position 0, solved in chunks of columns (no cap on nrhs).
+        const int chunk = RhsChunk(c);
+        const size_t esize = ElementSize(c.dtype);
+        for (int c0 = 0; c0 < c.nrhs && *info == 0; c0 += chunk) {
+          const int width = std::min(chunk, c.nrhs - c0);
+          cuda::cudaLibMgMatrixDesc_t desc_b = nullptr;
+          if (Outcome o = ctx->Desc(c.n, width, width, type, &desc_b); !o.ok) return o;
+          std::vector<void*> b;
+          for (void* p : c.b)
+            b.push_back(static_cast<char*>(p) + static_cast<size_t>(c0) * c.lda * esize);
+          JAXMG_MG(api_, cusolverMgPotrs(ctx->handle(), cuda::CUBLAS_FILL_MODE_LOWER, c.n, width,
+                                         a.data(), 1, 1, desc_a, b.data(), 1, 1, desc_b, type,
+                                         work.data(), lwork, info));
+        }
+      }
+      if (c.op == Op::kPotri && *info == 0) {
+        JAXMG_MG(api_, cusolverMgPotri(ctx->handle(), cuda::CUBLAS_FILL_MODE_LOWER, c.n, a.data(),
+                                       1, 1, desc_a, type, work.data(), lwork, info));
+      }
+      if (c.op == Op::kSyevd) {
+        JAXMG_MG(api_, cusolverMgSyevd(ctx->handle(), EigMode(c), cuda::CUBLAS_FILL_MODE_LOWER,
+                                       c.n, a.data(), 1, 1, desc_a, c.w, MgRealType(c.dtype), type,
                                        work.data(), lwork, info));
       }
-    }
-    if (c.op == Op::kPotri && *info == 0) {
-      JAXMG_MG(api_, cusolverMgPotri(ctx->handle(), cuda::CUBLAS_FILL_MODE_LOWER, c.n, a.data(),
-                                     1, 1, desc_a, type, work.data(), lwork, info));
-    }
-    if (c.op == Op::kSyevd) {
-      JAXMG_MG(api_, cusolverMgSyevd(ctx->handle(), EigMode(c), cuda::CUBLAS_FILL_MODE_LOWER,
-                                     c.n, a.data(), 1, 1, desc_a, c.w, MgRealType(c.dtype), type,
-                                     work.data(), lwork, info));
-    }
-    return {};
+      return {};
+    });
   }
 
   Outcome CopyAcross(int dst_device, void* dst, int, const void* src, size_t bytes) override {
@@ -400,6 +392,21 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // Runs `fn(ctx, type, desc_a, a)` with the call's cached context locked, the caller's
+  // current device restored afterwards, and the descriptor of A in its 1D block-cyclic layout.
+  template <typename Fn>
+  Outcome WithMatrix(const MgCall& c, Fn&& fn) {
+    MgContext* ctx = nullptr;
+    if (Outcome o = Context(c, &ctx); !o.ok) return o;
+    std::lock_guard<std::mutex> lock(ctx->mu());
+    DeviceGuard guard(api_);
+    const auto type = MgType(c.dtype);
+    cuda::cudaLibMgMatrixDesc_t desc_a = nullptr;
+    if (Outcome o = ctx->Desc(c.n, c.n, c.tile, type, &desc_a); !o.ok) return o;
+    std::vector<void*> a = c.a;
+    return fn(ctx, type, desc_a, a);
+  }
+
   static int RhsChunk(const MgCall& c) {
     return static_cast<int>(
         std::max<int64_t>(1, std::min<int64_t>({c.tile, kMaxRhsChunk, std::max(c.nrhs, 1)})));

@@ -17,8 +17,6 @@ import socket
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(__file__))
-
 
 def measure(args, devices_per_process):
     """Process 0's timings as {n: (median, min, max)} seconds."""

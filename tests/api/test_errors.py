@@ -134,11 +134,13 @@ def test_which_processes_drive_the_axis():
 
     assert _processes.classify([0, 0, 0, 0], "x") == "single"
     assert _processes.classify([0, 1, 2, 3], "x") == "multi"
-    assert _processes.classify([3, 1, 0, 2], "x", hosts=[7, 7, 7, 7]) == "multi"
+    assert _processes.classify([3, 1, 0, 2], "x") == "multi"
+    _processes.check_one_host([3, 1, 0, 2], [7, 7, 7, 7], "x")
+    _processes.check_one_host([0, 2], [7, 8, 7], "x")  # only the axis's processes count
     with pytest.raises(ValueError, match=r"spans 2 processes holding \{0: 2, 1: 2\}"):
         _processes.classify([0, 0, 1, 1], "x")
     with pytest.raises(ValueError, match="several hosts.*gather_to_hosts"):
-        _processes.classify([0, 1], "x", hosts=[7, 8])
+        _processes.check_one_host([0, 1], [7, 8], "x")
     with pytest.raises(ValueError, match="holds devices in 2 slices"):
         _geometry.local_slice(np.zeros((2, 2), np.int64), 0, "x", {"r": 2, "x": 2})
     assert _geometry.local_slice(np.array([[0, 0], [1, 1]]), 1, "x", {"r": 2, "x": 2}) == 1

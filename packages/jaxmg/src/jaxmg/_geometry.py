@@ -152,7 +152,7 @@ def _participants(mesh, axis: str, platform: str):
     if _processes.classify(owners[r], axis) == "single":
         return ids, 0, ()
     job = _processes.job()
-    _processes.classify(owners[r], axis, job.hosts)  # refuses several hosts
+    _processes.check_one_host(owners[r], job.hosts, axis)
     if platform == "gpu":
         raise NotImplementedError(
             f"mesh axis {axis!r} has one GPU per process: the multi-process mode runs on CPU "

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
+
+from ._solvers import _placed
 
 
 def host_mesh(axis_names: tuple[str, str] = ("host", "x"), *, devices=None) -> Mesh:
@@ -68,5 +70,4 @@ def gather_to_hosts(A, mesh: Mesh, axis: str | None = None):
         raise ValueError(f"axis {axis!r} is not an axis of the mesh {mesh.axis_names}.")
     spec = getattr(getattr(A, "sharding", None), "spec", None)
     by_rows = spec is not None and len(spec) >= 1 and spec[0] is not None
-    target = NamedSharding(mesh, P(axis, None) if by_rows else P(None, axis))
-    return jax.jit(lambda a: a, out_shardings=target)(A)
+    return _placed(A, mesh, P(axis, None) if by_rows else P(None, axis))

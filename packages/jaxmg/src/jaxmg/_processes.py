@@ -64,18 +64,16 @@ def job() -> Job:
     )
 
 
-def classify(processes, axis: str, hosts=None) -> str:
+def classify(processes, axis: str) -> str:
     """``"single"`` or ``"multi"`` for the processes of one slice of the solver axis.
 
     Args:
       processes: the process index of each device of the slice, in mesh order.
       axis: the mesh axis, for messages.
-      hosts: the host hash of each process (by process index); needed only when the slice
-        spans several processes.
 
     Raises:
-      ValueError: the slice spans several hosts, or several processes that each hold more
-        than one of its devices.
+      ValueError: the slice spans several processes that each hold more than one of its
+        devices.
     """
     processes = [int(p) for p in processes]
     distinct = sorted(set(processes))
@@ -88,10 +86,15 @@ def classify(processes, axis: str, hosts=None) -> str:
             f"{len(processes)} devices; jaxmg solves with one process driving every device of "
             "the axis, or with one device per process (all on one host)."
         )
-    if hosts is not None and len({hosts[p] for p in distinct}) > 1:
+    return "multi"
+
+
+def check_one_host(processes, hosts, axis: str) -> None:
+    """Raises ValueError unless the ``processes`` (indices into ``hosts``, the host hash of
+    each process) all run on one host: cuSolverMg solves within one node."""
+    if len({hosts[int(p)] for p in processes}) > 1:
         raise ValueError(
             f"mesh axis {axis!r} spans processes on several hosts; cuSolverMg solves within one "
             "node. Gather A onto each host first: jaxmg.gather_to_hosts(A, jaxmg.host_mesh()) "
             "(see the README's multi-node recipe)."
         )
-    return "multi"

@@ -215,20 +215,51 @@ def test_no_shardmap_inside_user_shard_map():
     np.testing.assert_array_equal(np.asarray(back), A)
 
 
-@pytest.mark.parametrize("T_A", [4, 5])
-def test_relayout_collectives(T_A):
-    """Shift: one collective-permute and one all-to-all; gather: one all-to-all; no gathers."""
+def pairs_with_data(N, ndev, T_A):
+    """``(source, target)`` device pairs that share columns, block -> cyclic (by hand)."""
+    s, tile = N // ndev, min(T_A, N // ndev)
+    return {(col // s, (col // tile) % ndev) for col in range(N)} - {(d, d) for d in range(ndev)}
+
+
+def permute_pairs(hlo):
+    found = []
+    for pairs in re.findall(r"collective-permute\(.*?source_target_pairs=\{(.*?)\}\}", hlo):
+        found.append({tuple(map(int, p.split(","))) for p in pairs.strip("{").split("},{")})
+    return found
+
+
+@pytest.mark.parametrize("T_A", [4, 5, 8, 13])
+@pytest.mark.parametrize("undo", [False, True], ids=["forward", "undo"])
+def test_relayout_collectives(T_A, undo):
+    """Shift: one collective-permute and one all-to-all. Gather: one collective-permute per
+    device distance that carries data, over only the pairs that share columns; no all-to-all
+    moving padding, no gathers."""
     ndev = jax.device_count()
     if ndev == 1:
         pytest.skip("no collectives on one device")
     N = 25 * ndev
     plan = jl.CyclicPlan.make(N, ndev, T_A)
     a = jax.device_put(jnp.ones((N, N)), NamedSharding(mesh_of(ndev), COLS))
-    hlo = jax.jit(jl.cyclic_1d_layout, static_argnums=1).lower(a, T_A).compile().as_text()
-    assert len(re.findall(r"\sall-to-all\(", hlo)) == 1
-    permutes = len(re.findall(r"\scollective-permute\(", hlo))
-    assert permutes == (1 if plan.shift_relayout and plan.padding else 0)
+    if undo:
+        a = jl.cyclic_1d_layout(a, T_A)
+        fn = jax.jit(jl.undo_cyclic_1d_layout, static_argnums=(1, 2))
+        hlo = fn.lower(a, T_A, N).compile().as_text()
+    else:
+        hlo = jax.jit(jl.cyclic_1d_layout, static_argnums=1).lower(a, T_A).compile().as_text()
     assert "all-gather" not in hlo
+    permutes = permute_pairs(hlo)
+    if plan.shift_relayout:
+        assert len(re.findall(r"\sall-to-all\(", hlo)) == 1
+        assert len(permutes) == (1 if plan.padding else 0)
+        return
+    assert "all-to-all" not in hlo
+    expected = pairs_with_data(N, ndev, T_A)
+    if undo:
+        expected = {(j, d) for d, j in expected}
+    assert set().union(*permutes) == expected
+    distances = [{(j - d) % ndev for d, j in pairs} for pairs in permutes]
+    assert all(len(k) == 1 for k in distances)  # one permute per distance
+    assert len({k.pop() for k in distances}) == len(permutes)
 
 
 @pytest.mark.parametrize(

@@ -18,8 +18,9 @@ Every tile size is valid. The relayout (:mod:`jaxmg_layout._relayout`) has two s
   padding ends at the global right edge, then reshapes and one ``all_to_all`` finish. The last
   shard must donate ``(ndev - 1) * p`` columns, so it applies only when
   ``(ndev - 1) * p <= s`` (:attr:`CyclicPlan.shift_relayout`).
-- *gather*, for every other tile size: each device gathers the columns it owes each other
-  device, one ``all_to_all`` swaps them, a second gather orders them.
+- *gather*, for every other tile size: each device slices the column groups it owes other
+  devices, one ``ppermute`` per device distance moves them between the pairs that share
+  columns (no padding is sent), and local slices put them in order.
 """
 
 from __future__ import annotations

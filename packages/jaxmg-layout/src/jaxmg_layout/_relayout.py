@@ -1,6 +1,7 @@
-"""Block sharding <-> 1D block-cyclic layout, with one ``ppermute`` and one ``all_to_all``.
+"""Block sharding <-> 1D block-cyclic layout.
 
-Forward (see :mod:`jaxmg_layout._plan` for the names), on device ``d`` of ``ndev``:
+The shift route (one ``ppermute``, one ``all_to_all``), forward (see :mod:`jaxmg_layout._plan`
+for the names), on device ``d`` of ``ndev``:
 
 1. *shift*: device ``d`` must end up holding columns ``[d*s', (d+1)*s')`` of A right-padded
    with zeros, ``s' = s + p``. It drops its first ``d*p`` columns and appends the first
@@ -12,12 +13,14 @@ Forward (see :mod:`jaxmg_layout._plan` for the names), on device ``d`` of ``ndev
    ``d * blocks + b == k // ndev``.
 3. keep the first ``L = ceil(s/tile)*tile`` columns: every later slot is pure padding.
 
-The undo runs the same steps backwards. The sharded axis may be any axis of the local block
+The undo runs the same steps backwards. Tile sizes the shift cannot produce take the gather
+route (:func:`_gather_exchange`). The sharded axis may be any axis of the local block
 (``axis=1``: columns, the original form; ``axis=0``: rows).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -170,7 +173,7 @@ def _grouped(tables, g):
     ``g = gcd(shard size, tile)``, so the gathers can move whole groups of ``g`` columns
     (contiguous rows of ``g * N`` entries in the row form) instead of single columns.
     """
-    send, recv = tables
+    send, recv, shifts = tables
     ndev = send.shape[0]
     send_g = send.reshape(ndev, -1, g)
     recv_g = recv.reshape(ndev, -1, g)
@@ -178,52 +181,99 @@ def _grouped(tables, g):
     assert (send_g[real] - send_g[real][:, :1] == np.arange(g)).all()
     assert (send_g[real] % g == np.arange(g)).all()
     assert ((recv_g < 0) == (recv_g[..., :1] < 0)).all()
-    return (
-        np.where(real, send_g[..., 0] // g, 0).astype(np.int32),
-        np.where(recv_g[..., 0] >= 0, recv_g[..., 0] // g, -1).astype(np.int32),
-        g,
+    assert all(start % g == 0 and count % g == 0 for _, start, count, _ in shifts)
+    return _ExchangeTables(
+        send=np.where(real, send_g[..., 0] // g, 0).astype(np.int32),
+        recv=np.where(recv_g[..., 0] >= 0, recv_g[..., 0] // g, -1).astype(np.int32),
+        shifts=tuple((k, start // g, count // g, pairs) for k, start, count, pairs in shifts),
+        group=g,
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class _ExchangeTables:
+    """What :func:`_gather_exchange` needs, in units of ``group`` columns.
+
+    ``send[d]``: the local groups device ``d`` sends, shift after shift; ``shifts``: one
+    ``(k, start, count, pairs)`` per shift ``k`` that moves anything, its slice of ``send[d]``
+    and the ``(source, target)`` pairs with ``target = (source + k) % ndev`` that have data;
+    ``recv[j, l]``: where output group ``l`` of device ``j`` sits in what ``j`` received
+    (``-1``: a zero group).
+    """
+
+    send: np.ndarray
+    recv: np.ndarray
+    shifts: tuple
+    group: int
 
 
 def _tables(dest, dest_col, out_width, ndev):
     """From "column c of device d goes to column dest_col[d, c] of device dest[d, c]" (-1: drop).
 
-    Returns ``(send, recv)``: ``send[d]`` lists, for each target device in turn, the local
-    columns device ``d`` sends there, padded to a common count ``q``; ``recv[j, l]`` is where
-    output column ``l`` of device ``j`` sits in what ``j`` received (``-1``: a zero column).
+    The exchange runs shift by shift: in shift ``k`` every device ``d`` sends to device
+    ``(d + k) % ndev`` (shift 0 stays local). Shift ``k`` carries ``q_k`` columns per device,
+    the most any source sends at that shift, and involves only the pairs that send something,
+    so nothing moves for pairs that share no columns (an ``all_to_all`` would move padding
+    between every pair).
     """
     counts = np.zeros((ndev, ndev), np.int64)
     for d in range(ndev):
         counts[d] = np.bincount(dest[d][dest[d] >= 0], minlength=ndev)
-    q = max(int(counts.max()), 1)
-    send = np.full((ndev, ndev, q), -1, np.int32)  # -1: filler, never read back
+    sources = np.arange(ndev)
+    shifts, start = [], 0
+    for k in range(ndev):
+        per_source = counts[sources, (sources + k) % ndev]
+        if per_source.max() > 0:
+            pairs = tuple((int(d), int((d + k) % ndev)) for d in sources if per_source[d] > 0)
+            shifts.append((k, start, int(per_source.max()), pairs))
+            start += int(per_source.max())
+    send = np.full((ndev, max(start, 1)), -1, np.int32)  # -1: filler, never read back
     recv = np.full((ndev, out_width), -1, np.int32)
-    for d in range(ndev):
-        for j in range(ndev):
+    for _, offset, _, pairs in shifts:
+        for d, j in pairs:
             cols = np.flatnonzero(dest[d] == j)  # ascending local column order
-            send[d, j, : cols.size] = cols
-            recv[j, dest_col[d, cols]] = d * q + np.arange(cols.size)
-    return send.reshape(ndev, ndev * q), recv
+            send[d, offset : offset + cols.size] = cols
+            recv[j, dest_col[d, cols]] = offset + np.arange(cols.size)
+    return send, recv, tuple(shifts)
 
 
 def _gather_exchange(x, tables, axis_name, axis):
-    """The general relayout, valid for every tile size: gather, one all_to_all, gather.
+    """The general relayout, valid for every tile size: gather, one ``ppermute`` per shift, gather.
 
-    Each device gathers the columns it owes every other device into one buffer of ``ndev``
-    equal chunks, one ``all_to_all`` swaps the chunks, and a second gather puts the received
-    columns in their final order (zeros for padding). Index tables are numpy constants.
+    Each device gathers the column groups it owes other devices, shift after shift, into one
+    buffer; shift ``k``'s slice goes to device ``d + k`` by one ``ppermute`` over the pairs
+    that have data; a second gather puts the received groups in their final order (zeros for
+    padding). Index tables are numpy constants.
     """
-    send, recv, g = tables
+    g = tables.group
     d = lax.axis_index(axis_name)
     groups = _split_axis(x, axis, (x.shape[axis] // g, g))
-    outgoing = jnp.take(groups, jnp.asarray(send)[d], axis=axis, mode="clip")
-    if send.shape[0] > 1:
-        outgoing = lax.all_to_all(outgoing, axis_name, axis, axis, tiled=True)
-    # Padding groups point at one appended zero group: a pure gather, no select.
-    zero = jnp.zeros(outgoing.shape[:axis] + (1,) + outgoing.shape[axis + 1 :], x.dtype)
-    outgoing = jnp.concatenate([outgoing, zero], axis=axis)
-    where = jnp.asarray(np.where(recv >= 0, recv, send.shape[1]).astype(np.int32))[d]
-    return _merge_axes(jnp.take(outgoing, where, axis=axis, mode="clip"), axis, 2)
+    received = []
+    for k, start, count, pairs in tables.shifts:
+        piece = _select(groups, tables.send[:, start : start + count], d, axis)
+        received.append(piece if k == 0 else lax.ppermute(piece, axis_name, list(pairs)))
+    where = tables.recv
+    if (where < 0).any():  # padding groups point at one appended zero group: no select
+        received.append(_zeros_like_along(groups, axis, 1))
+        where = np.where(where >= 0, where, sum(count for _, _, count, _ in tables.shifts))
+    buffer = jnp.concatenate(received, axis=axis) if len(received) > 1 else received[0]
+    return _merge_axes(_select(buffer, where.astype(np.int32), d, axis), axis, 2)
+
+
+_SLICED_SELECT_MAX = 32
+
+
+def _select(x, table, d, axis):
+    """``x`` indexed along ``axis`` by row ``d`` (this device) of the numpy ``table``.
+
+    XLA:CPU lowers a gather to an element loop; a short table (the usual case: a few tiles per
+    device) is cheaper as one dynamic slice per entry, each a contiguous copy.
+    """
+    rows = jnp.asarray(table)[d]
+    if table.shape[1] > _SLICED_SELECT_MAX:
+        return jnp.take(x, rows, axis=axis, mode="clip")
+    picks = [lax.dynamic_slice_in_dim(x, rows[i], 1, axis=axis) for i in range(table.shape[1])]
+    return jnp.concatenate(picks, axis=axis)
 
 
 def _sharded_axis(sharding, fn: str) -> tuple[int, str]:

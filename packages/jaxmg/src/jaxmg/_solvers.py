@@ -38,19 +38,21 @@ from ._native import backend_for
 def _to_native(a, T_A, geometry, cyclic):
     """Local block of A -> the block-cyclic ``[L, N]`` array the native target reads.
 
-    The relayout always runs on rows of ``N`` contiguous entries (a column block is transposed
-    first), where XLA's gathers and all_to_all move whole rows.
+    The relayout runs in the caller's form and a column block is transposed last: on XLA:CPU a
+    transpose fused into the relayout's slices reads with a stride, which costs more than the
+    slices themselves.
     """
-    rows = a.T if geometry.form == "cols" else a
-    if cyclic:
-        return rows
-    return jaxmg_layout.cyclic_1d_no_shardmap(rows, T_A, geometry.axis, axis=0)
+    if not cyclic:
+        a = jaxmg_layout.cyclic_1d_no_shardmap(a, T_A, geometry.axis, axis=geometry.sharded_dim)
+    return a.T if geometry.form == "cols" else a
 
 
 def _from_native(z_rows, T_A, n, geometry):
     """A native ``[L, N]`` result -> the block layout and form of the caller's A."""
-    z = jaxmg_layout.undo_cyclic_1d_no_shardmap(z_rows, T_A, n, geometry.axis, axis=0)
-    return z.T if geometry.form == "cols" else z
+    z = z_rows.T if geometry.form == "cols" else z_rows
+    return jaxmg_layout.undo_cyclic_1d_no_shardmap(
+        z, T_A, n, geometry.axis, axis=geometry.sharded_dim
+    )
 
 
 def _conj_transpose_local(z, axis_name, form):

@@ -5,7 +5,9 @@ ninja, scikit-build-core and pybind11 (no nox or hatchling needed):
 
 1. builds jaxmg-cuda with ``--no-build-isolation`` against what is installed; the two pure
    Python packages are used from the checkout (``PYTHONPATH``), so nothing is downloaded;
-2. runs the GPU tests with ``JAXMG_REQUIRE_GPU=1`` (a missing GPU is a failure, not a skip);
+2. runs the GPU tests with ``JAXMG_REQUIRE_GPU=1`` (a missing GPU is a failure, not a skip),
+   the multi-process ones (CUDA IPC) included: one GPU per process where there are enough
+   GPUs, and two processes on one GPU (refused with a reason) on any GPU machine;
 3. runs the GPU benchmark subset of issue 6 (potrs N=32768 and syevd N=16384 in float64, the
    tile sweep and the fixed-cost probe);
 4. writes everything under ``benchmarks/results/<gpu>_<date>.*``.
@@ -95,8 +97,9 @@ def main() -> int:
                 "-rs",
                 "--num-cpu-devices=1",
             ],
-            180,
-            env,
+            360,
+            # The multi-process GPU tests start processes of their own on the same GPUs.
+            {**env, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
             log,
         )
         bench = [

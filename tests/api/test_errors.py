@@ -147,6 +147,22 @@ def test_which_processes_drive_the_axis():
     assert _geometry.local_slice(np.array([[0, 1]]), 1, "x", {"x": 2}) == 0
 
 
+@pytest.mark.parametrize("value", [None, "0", "yes"])
+def test_gpu_multiprocess_is_opt_in_until_run_on_hardware(monkeypatch, value):
+    """One GPU per process (CUDA IPC) has not yet run on GPU hardware: refused unless
+    JAXMG_GPU_MULTIPROCESS=1, with how to opt in and the alternative."""
+    from jaxmg import _processes
+
+    if value is None:
+        monkeypatch.delenv(_processes.GPU_MULTIPROCESS_ENV, raising=False)
+    else:
+        monkeypatch.setenv(_processes.GPU_MULTIPROCESS_ENV, value)
+    with pytest.raises(NotImplementedError, match="JAXMG_GPU_MULTIPROCESS=1.*drives all of its"):
+        _processes.check_gpu_multiprocess_enabled("x")
+    monkeypatch.setenv(_processes.GPU_MULTIPROCESS_ENV, "1")
+    _processes.check_gpu_multiprocess_enabled("x")
+
+
 def test_host_mesh_and_gather_to_hosts_in_one_process(cpu_devices):
     """With one process the multi-node recipe is a plain reshard onto every device."""
     mesh = jaxmg.host_mesh(devices=cpu_devices)

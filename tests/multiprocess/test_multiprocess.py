@@ -1,14 +1,19 @@
-"""The multi-process mode on CPU: real ``jax.distributed`` jobs of 2 and 4 processes on localhost.
+"""The multi-process mode: real ``jax.distributed`` jobs of 2 and 4 processes on localhost.
 
 Each test starts the processes of ``worker.py`` with a deadline (a job that overruns it is
 killed and the test fails: nothing here can hang CI), then reads the JSON lines the processes
 printed: every check compares against numpy inside the worker. This suite needs no simulated
 device count of its own (each worker sets its own), so ``nox -s tests`` runs it once.
+
+The GPU cases (one GPU per process, CUDA IPC) have NOT YET RUN ON GPU HARDWARE; they skip
+without GPUs (``JAXMG_REQUIRE_GPU=1`` makes that a failure) and need as many GPUs as processes,
+except the one that puts two processes on one GPU.
 """
 
 import json
 import os
 import pathlib
+import shutil
 import socket
 import subprocess
 import sys
@@ -34,7 +39,7 @@ def _free_port() -> int:
 
 def start_job(scenario, processes, local_devices=1, env=None):
     port = _free_port()
-    environment = dict(os.environ, JAX_PLATFORMS="cpu", **(env or {}))
+    environment = {**os.environ, "JAX_PLATFORMS": "cpu", **(env or {})}
     environment.pop("XLA_FLAGS", None)
     return [
         subprocess.Popen(
@@ -155,3 +160,54 @@ def test_multi_process_example(args):
     verdicts = [line for line in done.stdout.splitlines() if line in ("True", "False")]
     processes = 4 if "4" in args else 2
     assert verdicts == ["True"] * processes, done.stdout
+
+
+def gpu_count() -> int:
+    """GPUs on this machine, without starting CUDA in the test process (the workers need it)."""
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60)
+    return sum(line.startswith("GPU ") for line in listed.stdout.splitlines())
+
+
+def need_gpus(count):
+    have = gpu_count()
+    if have == 0 and os.environ.get("JAXMG_REQUIRE_GPU") == "1":
+        pytest.fail("JAXMG_REQUIRE_GPU=1 but no GPU was found (nvidia-smi -L)")
+    if have < count:
+        pytest.skip(
+            f"needs {count} GPUs, found {have}; jaxmg's GPU multi-process mode (CUDA IPC) has "
+            "not yet run on hardware"
+        )
+    return have
+
+
+def gpu_env(gpus, fraction):
+    return {
+        "JAX_PLATFORMS": "cuda",
+        "JAXMG_WORKER_GPUS": str(gpus),
+        "JAXMG_GPU_MULTIPROCESS": "1",
+        "XLA_PYTHON_CLIENT_MEM_FRACTION": str(fraction),
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+    }
+
+
+@pytest.mark.parametrize("processes", [2, 4])
+def test_every_routine_across_gpu_processes(processes):
+    """The CPU solve suite with one GPU per process: the leader maps every other process's
+    buffers through CUDA IPC and runs cuSolverMg on them."""
+    gpus = need_gpus(processes)
+    codes, checks, output = run_job("solve", processes, env=gpu_env(gpus, 0.3), timeout=400)
+    assert_all_passed(codes, checks, output, processes, SOLVE_CHECKS)
+
+
+def test_two_processes_on_one_gpu_are_refused_with_a_reason():
+    """cuSolverMg needs distinct GPUs: two processes on one GPU get the error that says so
+    (after the leader has mapped the other's memory: CUDA IPC works on one GPU), no hang."""
+    need_gpus(1)
+    codes, checks, output = run_job(
+        "one_gpu", 2, env={**gpu_env(1, 0.3), "JAXMG_TIMEOUT_S": "60"}, timeout=300
+    )
+    refused = [c for c in checks if c["check"] == "one_gpu_refused"]
+    assert len(refused) == 2 and all(c["ok"] for c in refused), output
+    assert codes == [0, 0], output

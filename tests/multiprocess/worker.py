@@ -1,6 +1,9 @@
-"""One process of a multi-process jaxmg job on CPU, started by test_multiprocess.py.
+"""One process of a multi-process jaxmg job, started by test_multiprocess.py.
 
     python worker.py SCENARIO PROCESS_ID PROCESSES PORT [DEVICES_PER_PROCESS]
+
+On CPU by default; with ``JAXMG_WORKER_GPUS=G`` on GPUs instead: process ``i`` drives GPU
+``i % G`` (every process sees every GPU; ``local_device_ids`` picks its own).
 
 Every process builds the same matrices (seeded numpy), runs the scenario through the public
 API, and prints one JSON line per check, ``{"check": ..., "ok": bool, ...}``, compared here
@@ -14,8 +17,12 @@ against numpy; the test reads them. Scenarios:
 - ``member_dies``: the same with a non-leader (process 1 at mesh position 1) killed.
 - ``multinode``: several devices per process; the multi-node recipe (host_mesh,
   gather_to_hosts) solves on each process's own devices.
+- ``one_gpu``: two processes on one GPU: cuSolverMg needs distinct GPUs, so every process must
+  get the error that says so (after the leader mapped the other's memory), and not hang.
 
-Survivors leave with os._exit: jax.distributed's shutdown would wait for the dead peer.
+Survivors of a killed peer leave with os._exit (jax.distributed.shutdown would wait for the
+dead peer); every other scenario shuts jax.distributed down first, so the processes leave
+together.
 """
 
 import functools
@@ -28,13 +35,23 @@ import time
 scenario, process_id, processes, port = sys.argv[1], *map(int, sys.argv[2:5])
 local_devices = int(sys.argv[5]) if len(sys.argv) > 5 else 1
 
+gpus = int(os.environ.get("JAXMG_WORKER_GPUS", "0"))
+
 import jax  # noqa: E402
 
-jax.config.update("jax_platforms", "cpu")
-jax.config.update("jax_num_cpu_devices", local_devices)
-jax.config.update("jax_cpu_collectives_implementation", "gloo")
 jax.config.update("jax_enable_x64", True)
-jax.distributed.initialize(f"127.0.0.1:{port}", processes, process_id, initialization_timeout=60)
+if gpus:
+    mine = [(process_id * local_devices + k) % gpus for k in range(local_devices)]
+    jax.distributed.initialize(
+        f"127.0.0.1:{port}", processes, process_id, local_device_ids=mine, initialization_timeout=60
+    )
+else:
+    jax.config.update("jax_platforms", "cpu")
+    jax.config.update("jax_num_cpu_devices", local_devices)
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(
+        f"127.0.0.1:{port}", processes, process_id, initialization_timeout=60
+    )
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
@@ -154,6 +171,19 @@ def multinode(n, tile):
     report("multinode_syevd", np.allclose(fetch(w), ref, rtol=0, atol=1e-10 * np.abs(ref).max()))
 
 
+def one_gpu(n, tile):
+    mesh = jax.make_mesh((jax.device_count(),), ("x",))
+    A = hermitian_pd(n, np.float64)
+    try:
+        # T_A >= N / ndev and a replicated b: no relayout, so no collective (which NCCL would
+        # refuse on one GPU) runs before the native call.
+        b = place(np.ones(n), mesh, P())
+        jax.block_until_ready(jaxmg.potrs(place(A, mesh, P(None, "x")), b, tile))
+        report("one_gpu_refused", False, error="the call succeeded")
+    except Exception as err:  # noqa: BLE001 - the test reads the message
+        report("one_gpu_refused", "GPU twice" in str(err), error=str(err)[-2000:])
+
+
 if scenario == "solve":
     mesh = jax.make_mesh((jax.device_count(),), ("x",))
     solve(mesh, n=6 * jax.device_count(), tile=2)
@@ -166,8 +196,13 @@ elif scenario in ("leader_dies", "member_dies"):
     dies(mesh, n=4 * len(devices), tile=2, victim=1)
 elif scenario == "multinode":
     multinode(n=8 * jax.device_count(), tile=4)
+elif scenario == "one_gpu":
+    one_gpu(n=512, tile=512)
 else:
     raise SystemExit(f"unknown scenario {scenario!r}")
 report("done", True)
 sys.stdout.flush()
+# Leave together: process 0 hosts the coordination service, and a process that still polls it
+# when it goes away aborts (seen as a rare exit code -6 of the last process).
+jax.distributed.shutdown()
 os._exit(0)

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "common.h"
@@ -40,6 +41,19 @@ struct MgCall {
   void* w = nullptr;             // syevd: N real eigenvalues, on the host
 };
 
+// Multi-process mode on GPUs: one participant's buffer as another process can map it (CUDA
+// IPC of the allocation that holds it, and the buffer's offset in that allocation). Plain
+// bytes: it travels in a shared-memory segment header (crossprocess.h).
+struct SharedMemory {
+  unsigned char handle[64];  // cudaIpcMemHandle_t of the allocation's base
+  uint64_t offset;           // of the buffer from that base
+  uint64_t bytes;            // of the buffer
+  char bus_id[32];           // PCI bus id of the GPU that holds it
+};
+
+// Keeps something (a mapping, an allocation) alive; releasing it undoes it.
+using Keep = std::shared_ptr<void>;
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -52,6 +66,15 @@ class Backend {
   // Copy between two participants' buffers (potrs: x from position 0 to the others).
   virtual Outcome CopyAcross(int dst_device, void* dst, int src_device, const void* src,
                              size_t bytes) = 0;
+
+  // --- the leader of a multi-process call (crossprocess.h) ---
+  // Workspace on `device` of the call (any device, not only the leader's own).
+  virtual Outcome AllocateOn(int device, size_t bytes, void** out, Keep* keep) = 0;
+  // GPU: maps memory another process shared; `device` is its GPU as this process numbers it.
+  // The mapping lasts as long as `keep`.
+  virtual Outcome MapShared(const SharedMemory& shared, int* device, void** out, Keep* keep) = 0;
+  // Everything the library queued on these devices has finished.
+  virtual Outcome SynchronizeAll(const std::vector<int>& devices) = 0;
 };
 
 class Device {
@@ -66,6 +89,10 @@ class Device {
   virtual Outcome Allocate(size_t bytes, void** out) = 0;
   // Everything queued so far on this device has finished.
   virtual Outcome Synchronize() = 0;
+  // Multi-process mode: true when the leader maps this participant's buffers (GPU, CUDA IPC)
+  // instead of reading copies of them in shared memory (CPU).
+  virtual bool SharesByHandle() const = 0;
+  virtual Outcome Share(void* data, size_t bytes, SharedMemory* out) = 0;
 };
 
 }  // namespace jaxmg

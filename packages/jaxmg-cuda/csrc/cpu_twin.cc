@@ -219,6 +219,18 @@ class CpuBackend final : public Backend {
     std::memcpy(dst, src, bytes);
     return {};
   }
+
+  Outcome AllocateOn(int, size_t bytes, void** out, Keep* keep) override {
+    std::shared_ptr<unsigned char[]> memory(new (std::nothrow) unsigned char[bytes]);
+    if (!memory) return Outcome::Fail("out of host memory");
+    *out = memory.get();
+    *keep = memory;
+    return {};
+  }
+  Outcome MapShared(const SharedMemory&, int*, void**, Keep*) override {
+    return Outcome::Fail("jaxmg: the CPU twin shares buffers by copy, not by handle");
+  }
+  Outcome SynchronizeAll(const std::vector<int>&) override { return {}; }
 };
 
 class CpuDevice final : public Device {
@@ -248,6 +260,10 @@ class CpuDevice final : public Device {
     return {};
   }
   Outcome Synchronize() override { return {}; }
+  bool SharesByHandle() const override { return false; }
+  Outcome Share(void*, size_t, SharedMemory*) override {
+    return Outcome::Fail("jaxmg: the CPU twin shares buffers by copy, not by handle");
+  }
 
  private:
   std::vector<std::unique_ptr<unsigned char[]>> memory_;  // freed when the handler returns

@@ -1,7 +1,9 @@
 // The transport of the multi-process mode: one process per device, all on one host.
 //
 // Each participant of a call owns one POSIX shared-memory segment: a header (state, pid,
-// the call's signature, status, an error message) followed by its operands. The leader (mesh
+// the call's signature, status, an error message) followed by its operands. On CPU the
+// operands are copies; on GPU they stay in the participant's device memory and the header
+// carries CUDA IPC handles to them, which the leader maps (backend.h, SharedMemory). The leader (mesh
 // position 0) opens every other participant's segment, unlinks its name at once (so nothing
 // outlives the call even if a process dies), runs the library on the segments' memory, and
 // marks each segment done or aborted. State changes are atomics in the shared header; waits
@@ -21,6 +23,7 @@
 #include <memory>
 #include <string>
 
+#include "backend.h"
 #include "rendezvous.h"
 
 namespace jaxmg {
@@ -44,6 +47,8 @@ struct SegmentHeader {
   uint64_t total_bytes;
   uint64_t offset[3];  // operands: 0 = a (tiles), 1 = b / x (potrs), 2 = w (syevd)
   uint64_t bytes[3];
+  int32_t by_handle;        // 1: a and b stay on the participant's GPU, shared[] maps them
+  SharedMemory shared[2];   // a, b
   char signature[256];
   char message[2048];
 };

@@ -30,6 +30,23 @@ enum cublasFillMode_t { CUBLAS_FILL_MODE_LOWER = 0, CUBLAS_FILL_MODE_UPPER = 1 }
 enum cusolverEigMode_t { CUSOLVER_EIG_MODE_NOVECTOR = 0, CUSOLVER_EIG_MODE_VECTOR = 1 };
 enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDefault = 4 };
 
+// CUDA IPC (the multi-process mode): a handle is 64 opaque bytes, passed by value.
+constexpr int kIpcHandleSize = 64;
+struct cudaIpcMemHandle_t {
+  char reserved[kIpcHandleSize];
+};
+constexpr unsigned int kIpcMemLazyEnablePeerAccess = 0x01;  // cudaIpcMemLazyEnablePeerAccess
+
+// The driver API's pointer attributes (cuda.h), for the allocation that holds a pointer.
+using CUresult = int;
+using CUdeviceptr = unsigned long long;  // NOLINT(runtime/int): the driver's spelling
+enum CUpointer_attribute {
+  CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,
+  CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE = 10,
+  CU_POINTER_ATTRIBUTE_RANGE_START_ADDR = 11,
+  CU_POINTER_ATTRIBUTE_RANGE_SIZE = 12,
+};
+
 // Function table filled by dlsym.
 struct Api {
   // CUDA runtime
@@ -43,6 +60,17 @@ struct Api {
   cudaError_t (*cudaDeviceEnablePeerAccess)(int, unsigned int);
   const char* (*cudaGetErrorString)(cudaError_t);
   cudaError_t (*cudaGetLastError)();
+  cudaError_t (*cudaDeviceSynchronize)();
+  cudaError_t (*cudaMalloc)(void**, size_t);
+  cudaError_t (*cudaFree)(void*);
+  cudaError_t (*cudaDeviceGetPCIBusId)(char*, int, int);
+  cudaError_t (*cudaDeviceGetByPCIBusId)(int*, const char*);
+  cudaError_t (*cudaIpcGetMemHandle)(cudaIpcMemHandle_t*, void*);
+  cudaError_t (*cudaIpcOpenMemHandle)(void**, cudaIpcMemHandle_t, unsigned int);
+  cudaError_t (*cudaIpcCloseMemHandle)(void*);
+  // CUDA driver (libcuda.so.1, already loaded by the runtime); nullptr when not found: only
+  // the multi-process mode needs it, and says so.
+  CUresult (*cuPointerGetAttribute)(void*, CUpointer_attribute, CUdeviceptr);
   // cuSolverMg
   cusolverStatus_t (*cusolverMgCreate)(cusolverMgHandle_t*);
   cusolverStatus_t (*cusolverMgDestroy)(cusolverMgHandle_t);

@@ -54,6 +54,32 @@ JAXMG_SAME_SHAPE(cudaDeviceCanAccessPeer);
 JAXMG_SAME_SHAPE(cudaDeviceEnablePeerAccess);
 JAXMG_SAME_SHAPE(cudaGetErrorString);
 JAXMG_SAME_SHAPE(cudaGetLastError);
+JAXMG_SAME_SHAPE(cudaDeviceSynchronize);
+JAXMG_SAME_SHAPE(cudaMalloc);
+JAXMG_SAME_SHAPE(cudaFree);
+JAXMG_SAME_SHAPE(cudaDeviceGetPCIBusId);
+JAXMG_SAME_SHAPE(cudaDeviceGetByPCIBusId);
+JAXMG_SAME_SHAPE(cudaIpcGetMemHandle);
+JAXMG_SAME_SHAPE(cudaIpcOpenMemHandle);
+JAXMG_SAME_SHAPE(cudaIpcCloseMemHandle);
+static_assert(sizeof(::cudaIpcMemHandle_t) == sizeof(c::cudaIpcMemHandle_t));
+static_assert(CUDA_IPC_HANDLE_SIZE == c::kIpcHandleSize);
+static_assert(cudaIpcMemLazyEnablePeerAccess == c::kIpcMemLazyEnablePeerAccess);
+#endif
+
+#if __has_include(<cuda.h>)
+#include <cuda.h>
+
+static_assert(static_cast<int>(::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) ==
+              c::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL);
+static_assert(static_cast<int>(::CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE) ==
+              c::CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE);
+static_assert(static_cast<int>(::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR) ==
+              c::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR);
+static_assert(static_cast<int>(::CU_POINTER_ATTRIBUTE_RANGE_SIZE) ==
+              c::CU_POINTER_ATTRIBUTE_RANGE_SIZE);
+static_assert(std::is_same_v<::CUdeviceptr, c::CUdeviceptr>);
+JAXMG_SAME_SHAPE(cuPointerGetAttribute);
 #endif
 
 #if __has_include(<cusolverMg.h>)

@@ -13,6 +13,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -108,6 +109,14 @@ const Api* Load(std::string* error) {
   JAXMG_BIND(rt, cudaDeviceEnablePeerAccess);
   JAXMG_BIND(rt, cudaGetErrorString);
   JAXMG_BIND(rt, cudaGetLastError);
+  JAXMG_BIND(rt, cudaDeviceSynchronize);
+  JAXMG_BIND(rt, cudaMalloc);
+  JAXMG_BIND(rt, cudaFree);
+  JAXMG_BIND(rt, cudaDeviceGetPCIBusId);
+  JAXMG_BIND(rt, cudaDeviceGetByPCIBusId);
+  JAXMG_BIND(rt, cudaIpcGetMemHandle);
+  JAXMG_BIND(rt, cudaIpcOpenMemHandle);
+  JAXMG_BIND(rt, cudaIpcCloseMemHandle);
   JAXMG_BIND(mg, cusolverMgCreate);
   JAXMG_BIND(mg, cusolverMgDestroy);
   JAXMG_BIND(mg, cusolverMgDeviceSelect);
@@ -124,6 +133,12 @@ const Api* Load(std::string* error) {
   JAXMG_BIND(mg, cusolverMgSyevd_bufferSize);
   JAXMG_BIND(mg, cusolverMgSyevd);
 #undef JAXMG_BIND
+  // Optional: the driver, which the runtime has loaded by the time a GPU call runs.
+  std::string unused;
+  if (void* driver = Open("libcuda.so.1", &unused)) {
+    table->cuPointerGetAttribute = reinterpret_cast<decltype(table->cuPointerGetAttribute)>(
+        dlsym(driver, "cuPointerGetAttribute"));
+  }
   if (!ok) {
     failure = "jaxmg: the CUDA libraries lack symbols:" + failure;
     *error = failure;
@@ -391,6 +406,63 @@ class CudaBackend final : public Backend {
     return {};
   }
 
+  // --- the leader of a multi-process call. NOT YET RUN ON GPU HARDWARE. ---
+
+  Outcome AllocateOn(int device, size_t bytes, void** out, Keep* keep) override {
+    DeviceGuard guard(api_);
+    JAXMG_CUDART(api_, cudaSetDevice(device));
+    void* memory = nullptr;
+    JAXMG_VENDOR_STATUS(kCudart, api_, api_->cudaMalloc(&memory, bytes),
+                        "cudaMalloc(" + std::to_string(bytes) + " bytes) on GPU " +
+                            std::to_string(device) + " (cuSolverMg workspace)");
+    const Api* api = api_;
+    *out = memory;
+    *keep = Keep(memory, [api, device](void* m) {
+      DeviceGuard restore(api);
+      api->cudaSetDevice(device);
+      api->cudaFree(m);
+    });
+    return {};
+  }
+
+  Outcome MapShared(const SharedMemory& shared, int* device, void** out, Keep* keep) override {
+    char bus_id[sizeof(shared.bus_id) + 1] = {};
+    std::memcpy(bus_id, shared.bus_id, sizeof(shared.bus_id));
+    if (api_->cudaDeviceGetByPCIBusId(device, bus_id) != cuda::cudaSuccess) {
+      api_->cudaGetLastError();
+      return Outcome::Fail(std::string("its GPU (PCI ") + bus_id + ") is not visible to the " +
+                           "leader's process. The multi-process mode needs every process to "
+                           "see every GPU of the node: do not give each process its own "
+                           "CUDA_VISIBLE_DEVICES; pick devices with "
+                           "jax.distributed.initialize(local_device_ids=...) instead");
+    }
+    DeviceGuard guard(api_);
+    JAXMG_CUDART(api_, cudaSetDevice(*device));
+    cuda::cudaIpcMemHandle_t handle;
+    std::memcpy(handle.reserved, shared.handle, sizeof(handle.reserved));
+    void* base = nullptr;
+    JAXMG_CUDART(api_,
+                 cudaIpcOpenMemHandle(&base, handle, cuda::kIpcMemLazyEnablePeerAccess));
+    const Api* api = api_;
+    const int on = *device;
+    *keep = Keep(base, [api, on](void* b) {
+      DeviceGuard restore(api);
+      api->cudaSetDevice(on);
+      api->cudaIpcCloseMemHandle(b);
+    });
+    *out = static_cast<char*>(base) + shared.offset;
+    return {};
+  }
+
+  Outcome SynchronizeAll(const std::vector<int>& devices) override {
+    DeviceGuard guard(api_);
+    for (int device : devices) {
+      JAXMG_CUDART(api_, cudaSetDevice(device));
+      JAXMG_CUDART(api_, cudaDeviceSynchronize());
+    }
+    return {};
+  }
+
  private:
   // Runs `fn(ctx, type, desc_a, a)` with the call's cached context locked, the caller's
   // current device restored afterwards, and the descriptor of A in its 1D block-cyclic layout.
@@ -480,6 +552,47 @@ class CudaDevice final : public Device {
   }
   Outcome Synchronize() override {
     JAXMG_CUDART(api_, cudaStreamSynchronize(stream_));
+    return {};
+  }
+
+  // NOT YET RUN ON GPU HARDWARE. The allocation that holds `data` (XLA's allocator
+  // sub-allocates, hence the offset) as a CUDA IPC handle, and this GPU's PCI bus id.
+  bool SharesByHandle() const override { return true; }
+  Outcome Share(void* data, size_t bytes, SharedMemory* out) override {
+    if (api_ == nullptr) return Outcome::Fail(load_error_);
+    if (api_->cuPointerGetAttribute == nullptr)
+      return Outcome::Fail("the CUDA driver's cuPointerGetAttribute was not found (libcuda.so.1)");
+    const auto address = reinterpret_cast<cuda::CUdeviceptr>(data);
+    int capable = 0;
+    cuda::CUdeviceptr base = 0;
+    size_t range = 0;
+    JAXMG_VENDOR_STATUS(kCudart, api_,
+                        api_->cuPointerGetAttribute(
+                            &capable, cuda::CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+                            address),
+                        "cuPointerGetAttribute(IS_LEGACY_CUDA_IPC_CAPABLE)");
+    if (capable == 0)
+      return Outcome::Fail("XLA's allocator gave a buffer that CUDA IPC cannot share "
+                           "(not a cudaMalloc-style allocation); the multi-process mode on GPUs "
+                           "needs XLA's default (BFC) allocator");
+    JAXMG_VENDOR_STATUS(
+        kCudart, api_,
+        api_->cuPointerGetAttribute(&base, cuda::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, address),
+        "cuPointerGetAttribute(RANGE_START_ADDR)");
+    JAXMG_VENDOR_STATUS(
+        kCudart, api_,
+        api_->cuPointerGetAttribute(&range, cuda::CU_POINTER_ATTRIBUTE_RANGE_SIZE, address),
+        "cuPointerGetAttribute(RANGE_SIZE)");
+    if (address < base || address - base + bytes > range)
+      return Outcome::Fail("a buffer of " + std::to_string(bytes) + " bytes does not lie in "
+                           "one allocation");
+    cuda::cudaIpcMemHandle_t handle;
+    JAXMG_CUDART(api_, cudaSetDevice(ordinal_));
+    JAXMG_CUDART(api_, cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(base)));
+    std::memcpy(out->handle, handle.reserved, sizeof(out->handle));
+    out->offset = address - base;
+    out->bytes = bytes;
+    JAXMG_CUDART(api_, cudaDeviceGetPCIBusId(out->bus_id, sizeof(out->bus_id), ordinal_));
     return {};
   }
 

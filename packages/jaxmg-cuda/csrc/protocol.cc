@@ -136,9 +136,6 @@ std::string Prepare(const Operands& o, Device& dev, int max_participants, Proble
   std::string error = CheckOperands(o, *position, max_participants, p);
   if (!error.empty()) return error;
   if (o.job != 0) {
-    if (dev.ordinal() >= 0)
-      return std::string(o.target) + ": the multi-process mode runs on CPU devices only so " +
-             "far (CUDA IPC between processes is not built yet)";
     if (o.pids.size() != o.device_ids.size())
       return std::string(o.target) + ": pids must name the process of every mesh position";
     if (o.pids[*position] != static_cast<int64_t>(getpid()))
@@ -202,6 +199,42 @@ std::string Who(const Operands& o, int position) {
          std::to_string(o.pids[position]) + ")";
 }
 
+// The leader's view of position q's operands: the copies in its segment (CPU), or its own
+// GPU memory mapped into this process (CUDA IPC). Returns "" or what is wrong.
+std::string Attach(const Operands& o, const Problem& p, Device& dev, Backend& backend, int q,
+                   Segment& segment, Slot* slot, std::vector<Keep>* keep) {
+  SegmentHeader* h = segment.header();
+  const uint64_t a_bytes = o.a->size_bytes();
+  const uint64_t b_bytes =
+      o.op == Op::kPotrs ? static_cast<uint64_t>(p.n * p.nrhs) * ElementSize(p.dtype) : 0;
+  const bool by_handle = h->by_handle != 0;
+  if (by_handle != dev.SharesByHandle()) {
+    return std::string(o.target) + ": " + Who(o, q) + " shares its buffers " +
+           (by_handle ? "as GPU memory" : "by copy") + " but the leader's device is " +
+           (dev.SharesByHandle() ? "a GPU" : "a CPU") + "; every position must be on one platform";
+  }
+  const uint64_t got = by_handle ? h->shared[0].bytes : h->bytes[0];
+  if (got != a_bytes) {
+    return std::string(o.target) + ": " + Who(o, q) + " shared a block of " +
+           std::to_string(got) + " bytes, expected " + std::to_string(a_bytes);
+  }
+  if (!by_handle) {
+    slot->a = segment.operand(0);
+    slot->b = segment.operand(1);
+    return "";
+  }
+  keep->emplace_back();
+  Outcome r = backend.MapShared(h->shared[0], &slot->device, &slot->a, &keep->back());
+  if (r.ok && b_bytes > 0) {
+    int device_b = -1;
+    keep->emplace_back();
+    r = backend.MapShared(h->shared[1], &device_b, &slot->b, &keep->back());
+    if (r.ok && device_b != slot->device)
+      r = Outcome::Fail("b and A of " + Who(o, q) + " are on different GPUs");
+  }
+  return r.ok ? "" : std::string(o.target) + ": " + Who(o, q) + ": " + r.message;
+}
+
 // Position 0: collect every other position's segment, run the library on their memory.
 ffi::Error LeadAcrossProcesses(const Operands& o, const Problem& p, Device& dev,
                                Backend& backend, const std::string& call, int64_t sequence,
@@ -258,19 +291,15 @@ ffi::Error LeadAcrossProcesses(const Operands& o, const Problem& p, Device& dev,
   std::string error = !own_error.empty() ? own_error : !reported.empty() ? reported : fatal;
 
   std::vector<Slot> slots(ndev);
+  slots[0].device = dev.ordinal();
   slots[0].a = o.a_out;
   slots[0].b = o.x_out;
   slots[0].signature = Signature(p);
+  std::vector<Keep> keep;  // mappings and workspace: released before anyone is told the end
   for (int q = 1; q < ndev && error.empty(); ++q) {
     SegmentHeader* h = segments[q]->header();
-    slots[q].a = segments[q]->operand(0);
-    slots[q].b = segments[q]->operand(1);
     slots[q].signature = std::string(h->signature, strnlen(h->signature, sizeof(h->signature)));
-    if (h->bytes[0] != o.a->size_bytes()) {
-      error = std::string(o.target) + ": " + Who(o, q) + " shared a block of " +
-              std::to_string(h->bytes[0]) + " bytes, expected " +
-              std::to_string(o.a->size_bytes());
-    }
+    error = Attach(o, p, dev, backend, q, *segments[q], &slots[q], &keep);
   }
   if (error.empty()) error = SameSignatures(o.target, slots).message;
 
@@ -280,14 +309,24 @@ ffi::Error LeadAcrossProcesses(const Operands& o, const Problem& p, Device& dev,
     MgCall mg = MakeCall(o, p, slots);
     std::vector<int64_t> bytes;
     Outcome r = backend.WorkspaceBytes(mg, &bytes);
-    // Every position's workspace lives in this process (CPU: host memory).
+    // Every position's workspace is allocated by this process, on that position's device.
     for (size_t d = 0; r.ok && d < bytes.size(); ++d) {
-      if (bytes[d] > 0) r = dev.Allocate(static_cast<size_t>(bytes[d]), &mg.work[d]);
+      if (bytes[d] <= 0) continue;
+      const size_t size = static_cast<size_t>(bytes[d]);
+      if (d == 0) {
+        r = dev.Allocate(size, &mg.work[d]);
+      } else {
+        keep.emplace_back();
+        r = backend.AllocateOn(mg.devices[d], size, &mg.work[d], &keep.back());
+      }
     }
     mg.work_bytes = bytes;
     if (r.ok) r = RunLibrary(o, p, backend, mg, &w_host, &info);
+    // Nothing may still be running on another process's memory once it is told the end.
+    if (Outcome s = backend.SynchronizeAll(mg.devices); r.ok && !s.ok) r = s;
     if (!r.ok) error = r.message;
   }
+  keep.clear();  // unmap the other processes' memory (GPU) before they may free it
 
   // Tell everyone who joined; the others time out on their own.
   for (int q = 1; q < ndev; ++q) {
@@ -309,10 +348,20 @@ ffi::Error LeadAcrossProcesses(const Operands& o, const Problem& p, Device& dev,
 // Positions > 0: publish the operands in a segment, wait for the leader, copy results back.
 ffi::Error JoinAcrossProcesses(const Operands& o, const Problem& p, Device& dev, int position,
                                const std::string& call, int64_t sequence, std::string error) {
+  // GPU: the buffers stay where they are; the leader maps them through CUDA IPC handles.
+  const bool by_handle = dev.SharesByHandle();
+  const uint64_t a_bytes = o.a->size_bytes();
+  const uint64_t b_bytes =
+      o.op == Op::kPotrs ? static_cast<uint64_t>(p.n * p.nrhs) * ElementSize(p.dtype) : 0;
+  SharedMemory shared[2] = {};
+  if (error.empty() && by_handle) {
+    Outcome r = dev.Share(o.a_out, a_bytes, &shared[0]);
+    if (r.ok && b_bytes > 0) r = dev.Share(o.x_out, b_bytes, &shared[1]);
+    if (!r.ok) error = std::string(o.target) + ": mesh position " + std::to_string(position) +
+                       ": " + r.message;
+  }
   const bool ok = error.empty();
-  uint64_t bytes[3] = {ok ? o.a->size_bytes() : 0, 0, 0};
-  if (ok && o.op == Op::kPotrs)
-    bytes[1] = static_cast<uint64_t>(p.n * p.nrhs) * ElementSize(p.dtype);
+  uint64_t bytes[3] = {ok && !by_handle ? a_bytes : 0, ok && !by_handle ? b_bytes : 0, 0};
   if (ok && o.op == Op::kSyevd) bytes[2] = static_cast<uint64_t>(p.n) * RealElementSize(p.dtype);
   std::unique_ptr<Segment> segment;
   if (Outcome r = Segment::Create(SegmentName(o.job, call, sequence, position), bytes, &segment);
@@ -326,8 +375,13 @@ ffi::Error JoinAcrossProcesses(const Operands& o, const Problem& p, Device& dev,
     segment->Unlink();  // unless the leader got it first, nobody else will
     return Fail(error);
   }
-  std::memcpy(segment->operand(0), o.a_out, bytes[0]);
-  if (bytes[1] > 0) std::memcpy(segment->operand(1), o.x_out, bytes[1]);
+  if (by_handle) {
+    h->by_handle = 1;
+    std::memcpy(h->shared, shared, sizeof(shared));
+  } else {
+    std::memcpy(segment->operand(0), o.a_out, bytes[0]);
+    if (bytes[1] > 0) std::memcpy(segment->operand(1), o.x_out, bytes[1]);
+  }
   std::snprintf(h->signature, sizeof(h->signature), "%s", Signature(p).c_str());
   int32_t state = kWriting;  // the leader may have given up on this call meanwhile
   h->state.compare_exchange_strong(state, kReady, std::memory_order_acq_rel);
@@ -361,8 +415,10 @@ ffi::Error JoinAcrossProcesses(const Operands& o, const Problem& p, Device& dev,
     error = std::string(h->message, strnlen(h->message, sizeof(h->message)));
   if (!error.empty()) return Fail(error);
 
-  std::memcpy(o.a_out, segment->operand(0), bytes[0]);
-  if (bytes[1] > 0) std::memcpy(o.x_out, segment->operand(1), bytes[1]);
+  if (!by_handle) {  // else the leader wrote the results into this process's memory itself
+    std::memcpy(o.a_out, segment->operand(0), bytes[0]);
+    if (bytes[1] > 0) std::memcpy(o.x_out, segment->operand(1), bytes[1]);
+  }
   std::vector<unsigned char> w_host(segment->operand(2), segment->operand(2) + bytes[2]);
   Outcome r = WriteOutputs(o, p, dev, h->info, w_host);
   return r.ok ? ffi::Error::Success() : Fail(r.message);

@@ -154,11 +154,10 @@ def _participants(mesh, axis: str, platform: str):
     job = _processes.job()
     _processes.check_one_host(owners[r], job.hosts, axis)
     if platform == "gpu":
-        raise NotImplementedError(
-            f"mesh axis {axis!r} has one GPU per process: the multi-process mode runs on CPU "
-            "devices only so far (CUDA IPC between processes is not built yet). Run one "
-            "process per node that drives all of its GPUs."
-        )
+        _processes.check_gpu_multiprocess_enabled(axis)
+        # Remote devices have no local hardware id here; the native leader finds each GPU by
+        # its PCI bus id, and the ids only name the call.
+        ids = tuple(int(d.id) for d in row)
     return ids, job.token, tuple(job.pids[int(p)] for p in owners[r])
 
 

@@ -5,7 +5,9 @@ jaxmg solves in one of two setups, found at call time (never at import):
 - single-process: this process drives every device of the solver axis;
 - multi-process: one device per process, every process on this host (``jax.distributed``,
   e.g. one process per GPU under ``srun``/``mpirun``). The native handlers then meet through
-  shared memory under a token the processes agreed on.
+  shared memory under a token the processes agreed on (on GPUs the buffers themselves stay
+  on their devices and the leader maps them with CUDA IPC: opt-in, see
+  :func:`check_gpu_multiprocess_enabled`).
 
 Anything else (devices of the axis on several hosts, or several processes each holding several
 devices of it) is refused with an error that says what was found; for several hosts see
@@ -21,6 +23,9 @@ import os
 import socket
 
 import numpy as np
+
+#: Opts in to the multi-process mode on GPUs, which has not yet run on GPU hardware.
+GPU_MULTIPROCESS_ENV = "JAXMG_GPU_MULTIPROCESS"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,4 +102,19 @@ def check_one_host(processes, hosts, axis: str) -> None:
             f"mesh axis {axis!r} spans processes on several hosts; cuSolverMg solves within one "
             "node. Gather A onto each host first: jaxmg.gather_to_hosts(A, jaxmg.host_mesh()) "
             "(see the README's multi-node recipe)."
+        )
+
+
+def check_gpu_multiprocess_enabled(axis: str) -> None:
+    """Raises NotImplementedError unless ``JAXMG_GPU_MULTIPROCESS=1``.
+
+    One GPU per process (CUDA IPC between the processes) is built but NOT YET RUN ON GPU
+    HARDWARE: until a GPU machine has validated it, it runs only when asked for.
+    """
+    if os.environ.get(GPU_MULTIPROCESS_ENV) != "1":
+        raise NotImplementedError(
+            f"mesh axis {axis!r} has one GPU per process. That mode (CUDA IPC between the "
+            "processes) is built but has not yet run on GPU hardware, so it is off by default: "
+            f"set {GPU_MULTIPROCESS_ENV}=1 in every process to try it (every process must see "
+            "every GPU of the node), or run one process per node that drives all of its GPUs."
         )

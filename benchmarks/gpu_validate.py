@@ -8,9 +8,11 @@ ninja, scikit-build-core and pybind11 (no nox or hatchling needed):
 2. runs the GPU tests with ``JAXMG_REQUIRE_GPU=1`` (a missing GPU is a failure, not a skip),
    the multi-process ones (CUDA IPC) included: one GPU per process where there are enough
    GPUs, and two processes on one GPU (refused with a reason) on any GPU machine;
-3. runs the GPU benchmark subset of issue 6 (potrs N=32768 and syevd N=16384 in float64, the
+3. asks cuSolverMg what it does with a device list that names one GPU twice (the question of
+   two processes on one GPU; the answer, crash or hang included, goes into the log);
+4. runs the GPU benchmark subset of issue 6 (potrs N=32768 and syevd N=16384 in float64, the
    tile sweep and the fixed-cost probe);
-4. writes everything under ``benchmarks/results/<gpu>_<date>.*``.
+5. writes everything under ``benchmarks/results/<gpu>_<date>.*``.
 
 Every step has a deadline; the whole run is meant to fit in 8 minutes on one H100.
 """
@@ -28,23 +30,31 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 
 
-def step(title, command, timeout, env=None, log=None):
+def step(title, command, timeout, env=None, log=None, *, required=True):
+    """Runs one step under its deadline; a failure ends the run unless ``required=False``
+    (an experiment whose outcome, crash or hang included, is itself the result)."""
     print(f"\n=== {title}: {' '.join(map(str, command))}", flush=True)
-    done = subprocess.run(
-        [str(c) for c in command],
-        cwd=ROOT,
-        env=env,
-        timeout=timeout,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    print(done.stdout[-6000:], flush=True)
+    try:
+        done = subprocess.run(
+            [str(c) for c in command],
+            cwd=ROOT,
+            env=env,
+            timeout=timeout,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        output, code = done.stdout, done.returncode
+    except subprocess.TimeoutExpired as expired:
+        if required:
+            raise
+        output, code = f"{expired.output or ''}\nno answer within {timeout} s", "timeout"
+    print(output[-6000:], flush=True)
     if log is not None:
-        log.write(f"\n=== {title} (exit {done.returncode})\n{done.stdout}")
-    if done.returncode:
-        raise SystemExit(f"{title} failed with exit code {done.returncode}")
-    return done.stdout
+        log.write(f"\n=== {title} (exit {code})\n{output}")
+    if code and required:
+        raise SystemExit(f"{title} failed with exit code {code}")
+    return output
 
 
 def main() -> int:
@@ -101,6 +111,19 @@ def main() -> int:
             # The multi-process GPU tests start processes of their own on the same GPUs.
             {**env, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
             log,
+        )
+        step(
+            "cuSolverMg with one GPU listed twice (can two processes share a GPU?)",
+            [
+                sys.executable,
+                "-c",
+                "import jax; jax.devices('gpu'); import jaxmg_cuda; "
+                "print(jaxmg_cuda.probe_repeated_gpu(0))",
+            ],
+            120,
+            env,
+            log,
+            required=False,
         )
         bench = [
             sys.executable,

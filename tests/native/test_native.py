@@ -412,6 +412,17 @@ def test_cuda_libraries_load_or_explain():
     assert message == "" or ("libcusolverMg" in message and "LD_LIBRARY_PATH" in message)
 
 
+def test_repeated_gpu_probe_reports_instead_of_failing():
+    """The probe ``nox -s gpu`` runs: without the CUDA libraries it says why, never raises.
+    (With them it reports cuSolverMg's statuses; that path has not yet run on hardware.)"""
+    if not jaxmg_cuda.has_cuda_support():
+        pytest.skip("jaxmg_cuda was built without CUDA support")
+    if jaxmg_cuda.load_cuda_libraries() == "":
+        pytest.skip("the CUDA libraries load here: the probe would touch a GPU")
+    report = jaxmg_cuda.probe_repeated_gpu(0)
+    assert "libcusolverMg" in report and "LD_LIBRARY_PATH" in report, report
+
+
 def test_has_cuda_support_reports_the_build():
     assert isinstance(jaxmg_cuda.has_cuda_support(), bool)
 

@@ -49,6 +49,14 @@ def load_cuda_libraries() -> str:
     return str(_jaxmg_cuda.load_cuda_libraries())
 
 
+def probe_repeated_gpu(device: int = 0) -> str:
+    """What cuSolverMg does with a device list that names GPU ``device`` twice (what two
+    processes on one GPU would need): one report line with every status, and whether a small
+    Cholesky came out right. For the GPU validation run (``nox -s gpu``); NOT YET RUN ON GPU
+    HARDWARE. A crash or hang here is possible: run it in a subprocess with a deadline."""
+    return str(_jaxmg_cuda.probe_repeated_gpu(int(device)))
+
+
 def open_meetings() -> int:
     """Calls whose participants are still gathering (0 between calls; for tests)."""
     return int(_jaxmg_cuda.open_meetings())

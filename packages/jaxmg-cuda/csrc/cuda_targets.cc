@@ -175,12 +175,14 @@ const char* CusolverStatusName(int status) {
   }
 }
 
-enum class Library { kCudart, kCusolverMg };
+enum class Library { kCudart, kCusolverMg, kDriver };
 
 std::string VendorMessage(const Api* api, Library lib, int status) {
   std::ostringstream m;
   if (lib == Library::kCudart) {
     m << api->cudaGetErrorString(status) << " (cudaError " << status << ")";
+  } else if (lib == Library::kDriver) {
+    m << "CUresult " << status;
   } else {
     m << CusolverStatusName(status) << " (" << status << ")";
   }
@@ -567,7 +569,7 @@ class CudaDevice final : public Device {
     int capable = 0;
     cuda::CUdeviceptr base = 0;
     size_t range = 0;
-    JAXMG_VENDOR_STATUS(kCudart, api_,
+    JAXMG_VENDOR_STATUS(kDriver, api_,
                         api_->cuPointerGetAttribute(
                             &capable, cuda::CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
                             address),
@@ -577,23 +579,29 @@ class CudaDevice final : public Device {
                            "(not a cudaMalloc-style allocation); the multi-process mode on GPUs "
                            "needs XLA's default (BFC) allocator");
     JAXMG_VENDOR_STATUS(
-        kCudart, api_,
+        kDriver, api_,
         api_->cuPointerGetAttribute(&base, cuda::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, address),
         "cuPointerGetAttribute(RANGE_START_ADDR)");
     JAXMG_VENDOR_STATUS(
-        kCudart, api_,
+        kDriver, api_,
         api_->cuPointerGetAttribute(&range, cuda::CU_POINTER_ATTRIBUTE_RANGE_SIZE, address),
         "cuPointerGetAttribute(RANGE_SIZE)");
     if (address < base || address - base + bytes > range)
       return Outcome::Fail("a buffer of " + std::to_string(bytes) + " bytes does not lie in "
                            "one allocation");
+    // The GPU that holds the memory, as the driver sees it (not XLA's numbering of devices).
+    int holder = ordinal_;
+    JAXMG_VENDOR_STATUS(
+        kDriver, api_,
+        api_->cuPointerGetAttribute(&holder, cuda::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, address),
+        "cuPointerGetAttribute(DEVICE_ORDINAL)");
     cuda::cudaIpcMemHandle_t handle;
-    JAXMG_CUDART(api_, cudaSetDevice(ordinal_));
+    JAXMG_CUDART(api_, cudaSetDevice(holder));
     JAXMG_CUDART(api_, cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(base)));
     std::memcpy(out->handle, handle.reserved, sizeof(out->handle));
     out->offset = address - base;
     out->bytes = bytes;
-    JAXMG_CUDART(api_, cudaDeviceGetPCIBusId(out->bus_id, sizeof(out->bus_id), ordinal_));
+    JAXMG_CUDART(api_, cudaDeviceGetPCIBusId(out->bus_id, sizeof(out->bus_id), holder));
     return {};
   }
 

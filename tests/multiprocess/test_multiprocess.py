@@ -111,6 +111,15 @@ def test_every_routine_across_processes(processes):
     assert {c["check"] for c in checks} >= {"potrs", "potri", "syevd", "syevd_values", "not_pd"}
 
 
+def test_every_routine_sharing_buffers_by_handle():
+    """The GPU branch of the protocol on CPU (JAXMG_TEST_SHARE_BY_HANDLE=1): participants share
+    handles to their buffers instead of copies, the leader maps them (process_vm_readv here,
+    CUDA IPC on GPU), computes in them and releases them before announcing the end, and the
+    participants read their results in place."""
+    codes, checks, output = run_job("solve", 2, env={"JAXMG_TEST_SHARE_BY_HANDLE": "1"})
+    assert_all_passed(codes, checks, output, 2, SOLVE_CHECKS)
+
+
 def test_two_jobs_on_one_host_never_meet():
     """Two 2-process jobs at the same time, running the very same calls: both correct."""
     jobs = [start_job("solve", 2), start_job("solve", 2)]

@@ -5,8 +5,14 @@
 // the multi-device machinery of the GPU path on simulated CPU devices.
 #include "cpu_twin.h"
 
+#include <sys/uio.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <complex>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -188,6 +194,40 @@ Outcome RunImpl(const MgCall& c, int* info) {
   return {};
 }
 
+// --- sharing by handle, for tests ---------------------------------------------------------
+// With JAXMG_TEST_SHARE_BY_HANDLE=1 the CPU twin takes the GPU branch of the cross-process
+// protocol (crossprocess.h): a participant shares its buffers by handle instead of by copy,
+// and the leader "maps" them. Here a handle is (pid, address); mapping reads the other
+// process's memory with process_vm_readv into a buffer of the leader's, and unmapping writes
+// it back with process_vm_writev, as CUDA IPC would leave the results in place. It lets CI run
+// the by-handle code (attach, per-device workspace, release before the end is announced, no
+// copy back) that the GPU path shares; CUDA's own calls are not exercised.
+
+bool ShareByHandleForTests() {
+  const char* value = std::getenv("JAXMG_TEST_SHARE_BY_HANDLE");
+  return value != nullptr && std::strcmp(value, "1") == 0;
+}
+
+struct TestHandle {
+  int64_t pid;
+  uint64_t address;
+};
+static_assert(sizeof(TestHandle) <= sizeof(SharedMemory::handle));
+
+// Moves `bytes` between this process's `local` and `remote` in process `pid`, whole.
+bool MoveAcross(bool write, int64_t pid, unsigned char* local, uint64_t remote, size_t bytes) {
+  size_t done = 0;
+  while (done < bytes) {
+    iovec mine{local + done, bytes - done};
+    iovec theirs{reinterpret_cast<void*>(remote + done), bytes - done};
+    const ssize_t moved = write ? process_vm_writev(static_cast<pid_t>(pid), &mine, 1, &theirs, 1, 0)
+                                : process_vm_readv(static_cast<pid_t>(pid), &mine, 1, &theirs, 1, 0);
+    if (moved <= 0) return false;
+    done += static_cast<size_t>(moved);
+  }
+  return true;
+}
+
 class CpuBackend final : public Backend {
  public:
   Outcome WorkspaceBytes(const MgCall& c, std::vector<int64_t>* bytes) override {
@@ -227,8 +267,22 @@ class CpuBackend final : public Backend {
     *keep = memory;
     return {};
   }
-  Outcome MapShared(const SharedMemory&, int*, void**, Keep*) override {
-    return Outcome::Fail("jaxmg: the CPU twin shares buffers by copy, not by handle");
+  Outcome MapShared(const SharedMemory& shared, int* device, void** out, Keep* keep) override {
+    TestHandle h;
+    std::memcpy(&h, shared.handle, sizeof(h));
+    const size_t bytes = static_cast<size_t>(shared.bytes);
+    std::shared_ptr<unsigned char[]> local(new (std::nothrow) unsigned char[bytes]);
+    if (!local) return Outcome::Fail("out of host memory");
+    const uint64_t remote = h.address + shared.offset;
+    if (!MoveAcross(false, h.pid, local.get(), remote, bytes))
+      return Outcome::Fail(std::string("process_vm_readv: ") + std::strerror(errno));
+    *device = -1;
+    *out = local.get();
+    const int64_t pid = h.pid;
+    *keep = Keep(local.get(), [local, pid, remote, bytes](void*) {
+      MoveAcross(true, pid, local.get(), remote, bytes);  // a failure shows as wrong results
+    });
+    return {};
   }
   Outcome SynchronizeAll(const std::vector<int>&) override { return {}; }
 };
@@ -260,13 +314,19 @@ class CpuDevice final : public Device {
     return {};
   }
   Outcome Synchronize() override { return {}; }
-  bool SharesByHandle() const override { return false; }
-  Outcome Share(void*, size_t, SharedMemory*) override {
-    return Outcome::Fail("jaxmg: the CPU twin shares buffers by copy, not by handle");
+  bool SharesByHandle() const override { return by_handle_; }
+  Outcome Share(void* data, size_t bytes, SharedMemory* out) override {
+    const TestHandle h{static_cast<int64_t>(getpid()), reinterpret_cast<uint64_t>(data)};
+    std::memcpy(out->handle, &h, sizeof(h));
+    out->offset = 0;
+    out->bytes = bytes;
+    std::snprintf(out->bus_id, sizeof(out->bus_id), "cpu-%d", static_cast<int>(getpid()));
+    return {};
   }
 
  private:
   std::vector<std::unique_ptr<unsigned char[]>> memory_;  // freed when the handler returns
+  bool by_handle_ = ShareByHandleForTests();
 };
 
 ffi::Error Run(const Operands& o) {

@@ -163,6 +163,19 @@ def test_gpu_multiprocess_is_opt_in_until_run_on_hardware(monkeypatch, value):
     _processes.check_gpu_multiprocess_enabled("x")
 
 
+def test_gpu_multiprocess_needs_every_gpu_visible():
+    """A per-process CUDA_VISIBLE_DEVICES hides the other GPUs from the leader: refused before
+    any device work, with the way out."""
+    from jaxmg import _processes
+
+    _processes.check_gpus_visible(4, "x", visible=None)  # unset: CUDA shows every GPU
+    _processes.check_gpus_visible(2, "x", visible="3,1")
+    with pytest.raises(ValueError, match=r"sees only CUDA_VISIBLE_DEVICES='1'.*local_device_ids"):
+        _processes.check_gpus_visible(2, "x", visible="1")
+    with pytest.raises(ValueError, match="every process must see every GPU"):
+        _processes.check_gpus_visible(4, "x", visible="0,1,")
+
+
 def test_host_mesh_and_gather_to_hosts_in_one_process(cpu_devices):
     """With one process the multi-node recipe is a plain reshard onto every device."""
     mesh = jaxmg.host_mesh(devices=cpu_devices)

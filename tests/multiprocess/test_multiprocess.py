@@ -40,6 +40,7 @@ def _free_port() -> int:
 def start_job(scenario, processes, local_devices=1, env=None):
     port = _free_port()
     environment = {**os.environ, "JAX_PLATFORMS": "cpu", **(env or {})}
+    environment = {k: v for k, v in environment.items() if v is not None}  # None: unset
     environment.pop("XLA_FLAGS", None)
     return [
         subprocess.Popen(
@@ -198,6 +199,8 @@ def gpu_env(gpus, fraction):
         "JAXMG_GPU_MULTIPROCESS": "1",
         "XLA_PYTHON_CLIENT_MEM_FRACTION": str(fraction),
         "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+        # Every process must see every GPU (nvidia-smi above counted them all).
+        "CUDA_VISIBLE_DEVICES": None,
     }
 
 

@@ -155,6 +155,7 @@ def _participants(mesh, axis: str, platform: str):
     _processes.check_one_host(owners[r], job.hosts, axis)
     if platform == "gpu":
         _processes.check_gpu_multiprocess_enabled(axis)
+        _processes.check_gpus_visible(ndev, axis)
         # Remote devices have no local hardware id here; the native leader finds each GPU by
         # its PCI bus id, and the ids only name the call.
         ids = tuple(int(d.id) for d in row)

@@ -118,3 +118,26 @@ def check_gpu_multiprocess_enabled(axis: str) -> None:
             f"set {GPU_MULTIPROCESS_ENV}=1 in every process to try it (every process must see "
             "every GPU of the node), or run one process per node that drives all of its GPUs."
         )
+
+
+def check_gpus_visible(ndev: int, axis: str, visible: str | None = None) -> None:
+    """Raises ValueError when ``CUDA_VISIBLE_DEVICES`` hides GPUs of the axis from this process.
+
+    In the multi-process mode the leader maps every other process's GPU memory and runs
+    cuSolverMg on all the GPUs, so each process must see them all (each picks its own GPU
+    with ``jax.distributed.initialize(local_device_ids=...)``). ``visible`` defaults to the
+    environment's value.
+    """
+    if visible is None:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return
+    listed = [entry for entry in visible.split(",") if entry.strip()]
+    if len(listed) < ndev:
+        raise ValueError(
+            f"mesh axis {axis!r} has one GPU per process on {ndev} GPUs, but this process sees "
+            f"only CUDA_VISIBLE_DEVICES={visible!r}. In the multi-process mode every process "
+            "must see every GPU of the axis: leave CUDA_VISIBLE_DEVICES unset (or list them "
+            "all) and pick each process's GPU with "
+            "jax.distributed.initialize(local_device_ids=...)."
+        )

@@ -566,6 +566,7 @@ class CudaDevice final : public Device {
     if (api_->cuPointerGetAttribute == nullptr)
       return Outcome::Fail("the CUDA driver's cuPointerGetAttribute was not found (libcuda.so.1)");
     const auto address = reinterpret_cast<cuda::CUdeviceptr>(data);
+    JAXMG_CUDART(api_, cudaSetDevice(ordinal_));  // a current context for the driver's queries
     int capable = 0;
     cuda::CUdeviceptr base = 0;
     size_t range = 0;
@@ -596,7 +597,7 @@ class CudaDevice final : public Device {
         api_->cuPointerGetAttribute(&holder, cuda::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, address),
         "cuPointerGetAttribute(DEVICE_ORDINAL)");
     cuda::cudaIpcMemHandle_t handle;
-    JAXMG_CUDART(api_, cudaSetDevice(holder));
+    if (holder != ordinal_) JAXMG_CUDART(api_, cudaSetDevice(holder));
     JAXMG_CUDART(api_, cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(base)));
     std::memcpy(out->handle, handle.reserved, sizeof(out->handle));
     out->offset = address - base;

@@ -165,6 +165,27 @@ def _layout_case(N, ndev, T_A, form, dtype=np.float64, jit=False, axis_type=Axis
     assert back.sharding.spec == spec
 
 
+@pytest.mark.parametrize("sliced_select_max", [0, 1000], ids=["gather", "slices"])
+@pytest.mark.parametrize("T_A", [5, 13])
+def test_gather_route_both_selections(monkeypatch, sliced_select_max, T_A):
+    """The gather route picks column groups with dynamic slices (short tables) or one XLA
+    gather (long ones); both agree with the reference."""
+    from jaxmg_layout import _relayout
+
+    ndev = jax.device_count()
+    if ndev == 1 or jl.CyclicPlan.make(25 * ndev, ndev, T_A).shift_relayout:
+        pytest.skip("the shift route (or no relayout) serves this case")
+    monkeypatch.setattr(_relayout, "_SLICED_SELECT_MAX", sliced_select_max)
+    jax.clear_caches()  # traces made under the other setting must not be reused
+    N = 25 * ndev
+    a = jax.device_put(jnp.ones((N, N)), NamedSharding(mesh_of(ndev), COLS))
+    hlo = jax.jit(jl.cyclic_1d_layout, static_argnums=1).lower(a, T_A).as_text()
+    assert ("stablehlo.gather" in hlo) == (sliced_select_max == 0)
+    for form in ("cols", "rows"):
+        _layout_case(N, ndev, T_A, form, jit=True)
+    jax.clear_caches()
+
+
 @pytest.mark.parametrize("form", ["cols", "rows"])
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
 @pytest.mark.parametrize("dtype", [np.float32, np.complex128])

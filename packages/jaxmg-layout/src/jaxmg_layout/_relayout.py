@@ -238,12 +238,11 @@ def _tables(dest, dest_col, out_width, ndev):
 
 
 def _gather_exchange(x, tables, axis_name, axis):
-    """The general relayout, valid for every tile size: gather, one ``ppermute`` per shift, gather.
+    """The general relayout, valid for every tile size: select, one ``ppermute`` per shift, select.
 
-    Each device gathers the column groups it owes other devices, shift after shift, into one
-    buffer; shift ``k``'s slice goes to device ``d + k`` by one ``ppermute`` over the pairs
-    that have data; a second gather puts the received groups in their final order (zeros for
-    padding). Index tables are numpy constants.
+    For each shift ``k`` each device selects the column groups it owes device ``d + k`` and one
+    ``ppermute`` over the pairs that have data delivers them; a second selection puts the
+    received groups in their final order (zeros for padding). Index tables are numpy constants.
     """
     g = tables.group
     d = lax.axis_index(axis_name)
@@ -266,8 +265,8 @@ _SLICED_SELECT_MAX = 32
 def _select(x, table, d, axis):
     """``x`` indexed along ``axis`` by row ``d`` (this device) of the numpy ``table``.
 
-    XLA:CPU lowers a gather to an element loop; a short table (the usual case: a few tiles per
-    device) is cheaper as one dynamic slice per entry, each a contiguous copy.
+    A short table (the usual case: a few tiles per device) becomes one dynamic slice per entry,
+    each a contiguous block copy; a long one becomes one XLA gather, so the program stays small.
     """
     rows = jnp.asarray(table)[d]
     if table.shape[1] > _SLICED_SELECT_MAX:

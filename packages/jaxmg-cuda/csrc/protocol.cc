@@ -69,6 +69,11 @@ std::string Signature(const Problem& p) {
   return s.str();
 }
 
+// Bytes of b / x (potrs; 0 for the other targets).
+size_t RhsBytes(const Operands& o, const Problem& p) {
+  return o.op == Op::kPotrs ? static_cast<size_t>(p.n * p.nrhs) * ElementSize(p.dtype) : 0;
+}
+
 uint64_t ThreadToken() { return std::hash<std::thread::id>()(std::this_thread::get_id()); }
 
 // The library call as the leader sees it, from the published slots.
@@ -106,7 +111,6 @@ Outcome FillTiles(Device& dev, const Problem& p, void* data) {
 // This participant's own outputs, once the leader is done.
 Outcome WriteOutputs(const Operands& o, const Problem& p, Device& dev, int32_t info,
                      const std::vector<unsigned char>& w_host) {
-  const size_t esize = ElementSize(p.dtype);
   if (o.op == Op::kSyevd) {
     const size_t w_bytes = static_cast<size_t>(p.n) * RealElementSize(p.dtype);
     Outcome r = info == 0 ? dev.Upload(o.w_out, w_host.data(), w_bytes)
@@ -115,7 +119,7 @@ Outcome WriteOutputs(const Operands& o, const Problem& p, Device& dev, int32_t i
   }
   if (info != 0) {
     if (o.op == Op::kPotrs) {
-      Outcome r = dev.FillBytes(o.x_out, 0xFF, static_cast<size_t>(p.n * p.nrhs) * esize);
+      Outcome r = dev.FillBytes(o.x_out, 0xFF, RhsBytes(o, p));
       if (!r.ok) return r;
     } else {
       Outcome r = FillTiles(dev, p, o.a_out);
@@ -178,7 +182,7 @@ Outcome RunLibrary(const Operands& o, const Problem& p, Backend& backend, MgCall
   if (!run.ok) return run;
   *info_out = info;
   if (o.op == Op::kPotrs && info == 0) {
-    const size_t x_bytes = static_cast<size_t>(p.n * p.nrhs) * ElementSize(p.dtype);
+    const size_t x_bytes = RhsBytes(o, p);
     for (size_t d = 1; d < call.b.size(); ++d) {
       Outcome c =
           backend.CopyAcross(call.devices[d], call.b[d], call.devices[0], call.b[0], x_bytes);
@@ -205,8 +209,7 @@ std::string Attach(const Operands& o, const Problem& p, Device& dev, Backend& ba
                    Segment& segment, Slot* slot, std::vector<Keep>* keep) {
   SegmentHeader* h = segment.header();
   const uint64_t a_bytes = o.a->size_bytes();
-  const uint64_t b_bytes =
-      o.op == Op::kPotrs ? static_cast<uint64_t>(p.n * p.nrhs) * ElementSize(p.dtype) : 0;
+  const uint64_t b_bytes = RhsBytes(o, p);
   const bool by_handle = h->by_handle != 0;
   if (by_handle != dev.SharesByHandle()) {
     return std::string(o.target) + ": " + Who(o, q) + " shares its buffers " +
@@ -351,8 +354,7 @@ ffi::Error JoinAcrossProcesses(const Operands& o, const Problem& p, Device& dev,
   // GPU: the buffers stay where they are; the leader maps them through CUDA IPC handles.
   const bool by_handle = dev.SharesByHandle();
   const uint64_t a_bytes = o.a->size_bytes();
-  const uint64_t b_bytes =
-      o.op == Op::kPotrs ? static_cast<uint64_t>(p.n * p.nrhs) * ElementSize(p.dtype) : 0;
+  const uint64_t b_bytes = RhsBytes(o, p);
   SharedMemory shared[2] = {};
   if (error.empty() && by_handle) {
     Outcome r = dev.Share(o.a_out, a_bytes, &shared[0]);

@@ -212,9 +212,10 @@ std::string Attach(const Operands& o, const Problem& p, Device& dev, Backend& ba
   const uint64_t b_bytes = RhsBytes(o, p);
   const bool by_handle = h->by_handle != 0;
   if (by_handle != dev.SharesByHandle()) {
-    return std::string(o.target) + ": " + Who(o, q) + " shares its buffers " +
-           (by_handle ? "as GPU memory" : "by copy") + " but the leader's device is " +
-           (dev.SharesByHandle() ? "a GPU" : "a CPU") + "; every position must be on one platform";
+    auto how = [](bool handle) { return handle ? "by handle (GPU)" : "by copy (CPU)"; };
+    return std::string(o.target) + ": " + Who(o, q) + " shares its buffers " + how(by_handle) +
+           " but the leader shares " + how(dev.SharesByHandle()) +
+           "; every position must be on one platform (and JAXMG_TEST_SHARE_BY_HANDLE alike)";
   }
   const uint64_t got = by_handle ? h->shared[0].bytes : h->bytes[0];
   if (got != a_bytes) {

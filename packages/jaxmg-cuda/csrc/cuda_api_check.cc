@@ -47,6 +47,8 @@ static_assert(sizeof(::cudaError_t) == sizeof(c::cudaError_t));
 JAXMG_SAME_SHAPE(cudaGetDevice);
 JAXMG_SAME_SHAPE(cudaSetDevice);
 JAXMG_SAME_SHAPE(cudaStreamSynchronize);
+JAXMG_SAME_SHAPE(cudaStreamCreate);
+JAXMG_SAME_SHAPE(cudaStreamDestroy);
 JAXMG_SAME_SHAPE(cudaMemcpy);
 JAXMG_SAME_SHAPE(cudaMemcpyAsync);
 JAXMG_SAME_SHAPE(cudaMemsetAsync);

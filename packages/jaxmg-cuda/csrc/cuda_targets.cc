@@ -1,6 +1,7 @@
 // The cuSolverMg targets: the backend of backend.h for NVIDIA GPUs, plus the dlopen loader.
-// NOT YET RUN ON GPU HARDWARE: this layer compiles in CI (no GPU there) and its lowering is
-// tested on CPU, but no GPU has executed it yet.
+// NOT YET RUN ON GPU HARDWARE: this layer compiles in CI (no GPU there), its lowering is
+// tested on CPU and its body (RunCudaOnHost) runs in CI against an emulator of the CUDA
+// runtime and cuSolverMg (tests/native/fake_cuda), but no GPU has executed it yet.
 //
 // Everything above the library line is the shared protocol (protocol.cc), tested on CPU. What
 // is CUDA-specific: a participant's own-device operations on its XLA stream (CudaDevice), and
@@ -15,12 +16,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <tuple>
 #include <utility>
 
@@ -103,6 +106,8 @@ const Api* Load(std::string* error) {
   JAXMG_BIND(rt, cudaGetDevice);
   JAXMG_BIND(rt, cudaSetDevice);
   JAXMG_BIND(rt, cudaStreamSynchronize);
+  JAXMG_BIND(rt, cudaStreamCreate);
+  JAXMG_BIND(rt, cudaStreamDestroy);
   JAXMG_BIND(rt, cudaMemcpy);
   JAXMG_BIND(rt, cudaMemcpyAsync);
   JAXMG_BIND(rt, cudaMemsetAsync);
@@ -516,13 +521,16 @@ class CudaBackend final : public Backend {
   const Api* api_;
 };
 
+// Memory that stays valid until the participant returns (XLA's scratch allocator in a handler).
+using ScratchFn = std::function<std::optional<void*>(size_t bytes)>;
+
 // One participant's own GPU: everything runs on its XLA stream.
 class CudaDevice final : public Device {
  public:
   CudaDevice(const Api* api, std::string load_error, cudaStream_t stream, int32_t ordinal,
-             ffi::ScratchAllocator& scratch)
+             ScratchFn scratch)
       : api_(api), load_error_(std::move(load_error)), stream_(stream), ordinal_(ordinal),
-        scratch_(scratch) {}
+        scratch_(std::move(scratch)) {}
 
   int ordinal() const override { return ordinal_; }
   Outcome ReadPosition(const int32_t* src, int32_t* out) override {
@@ -546,7 +554,7 @@ class CudaDevice final : public Device {
     return {};
   }
   Outcome Allocate(size_t bytes, void** out) override {
-    std::optional<void*> memory = scratch_.Allocate(bytes, 256);
+    std::optional<void*> memory = scratch_(bytes);
     if (!memory.has_value())
       return Outcome::Fail("XLA's scratch allocator could not provide it on GPU " +
                            std::to_string(ordinal_));
@@ -611,14 +619,15 @@ class CudaDevice final : public Device {
   std::string load_error_;
   cudaStream_t stream_;
   int32_t ordinal_;
-  ffi::ScratchAllocator& scratch_;
+  ScratchFn scratch_;
 };
 
 ffi::Error RunCuda(const Operands& o, cudaStream_t stream, int32_t ordinal,
                    ffi::ScratchAllocator& scratch) {
   std::string load_error;
   const Api* api = cuda::Load(&load_error);
-  CudaDevice device(api, load_error, stream, ordinal, scratch);
+  CudaDevice device(api, load_error, stream, ordinal,
+                    [&scratch](size_t bytes) { return scratch.Allocate(bytes, 256); });
   CudaBackend backend(api);
   return Participate(o, device, backend, kMaxCudaDevices);
 }
@@ -698,6 +707,194 @@ std::string ProbeRepeatedGpu(int device) {
   if (grid != nullptr) api->cusolverMgDestroyGrid(grid);
   if (handle != nullptr) api->cusolverMgDestroy(handle);
   return report.str();
+}
+
+namespace {
+
+// --- RunCudaOnHost (cuda_targets.h): the handler's body on host arrays, for tests -----------
+
+// One mesh position's buffers on its GPU: one cudaMalloc, every buffer at an aligned offset
+// past a gap, so none starts at the allocation's base (as under XLA's allocator).
+class StagedPosition {
+ public:
+  StagedPosition(const Api* api, int ordinal) : api_(api), ordinal_(ordinal) {}
+  ~StagedPosition() {
+    DeviceGuard guard(api_);
+    api_->cudaSetDevice(ordinal_);
+    for (void* m : scratch_) api_->cudaFree(m);
+    if (base_ != nullptr) api_->cudaFree(base_);
+    if (stream_ != nullptr) api_->cudaStreamDestroy(stream_);
+  }
+  StagedPosition(const StagedPosition&) = delete;
+  StagedPosition& operator=(const StagedPosition&) = delete;
+
+  // Reserves `bytes` in the allocation to come; returns its offset.
+  size_t Reserve(size_t bytes) {
+    const size_t at = size_;
+    size_ += (bytes + 255) / 256 * 256 + 256;
+    return at;
+  }
+  Outcome Allocate() {
+    JAXMG_CUDART(api_, cudaSetDevice(ordinal_));
+    JAXMG_CUDART(api_, cudaStreamCreate(&stream_));
+    JAXMG_CUDART(api_, cudaMalloc(&base_, size_));
+    return {};
+  }
+  char* at(size_t offset) const { return static_cast<char*>(base_) + offset; }
+  cudaStream_t stream() const { return stream_; }
+  // Scratch memory on this GPU, freed with the position (the handler's ScratchAllocator).
+  std::optional<void*> Scratch(size_t bytes) {
+    DeviceGuard guard(api_);
+    void* m = nullptr;
+    if (api_->cudaSetDevice(ordinal_) != cuda::cudaSuccess ||
+        api_->cudaMalloc(&m, bytes) != cuda::cudaSuccess)
+      return std::nullopt;
+    scratch_.push_back(m);
+    return m;
+  }
+
+ private:
+  const Api* api_;
+  int ordinal_;
+  size_t size_ = 256;  // the leading gap
+  void* base_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  std::vector<void*> scratch_;
+};
+
+Outcome Download(const Api* api, const char* src, size_t bytes, std::string* out) {
+  out->assign(bytes, '\0');
+  if (bytes > 0) JAXMG_CUDART(api, cudaMemcpy(out->data(), src, bytes, cuda::cudaMemcpyDeviceToHost));
+  return {};
+}
+
+// Position i of `c` (mesh position c.positions[i]) on its own thread; fills result slot i.
+void RunPositionOnHost(const Api* api, const HostCall& c, ffi::DataType type, Dtype dtype,
+                       size_t i, HostResult* out) {
+  const int position = c.positions[i];
+  const int ordinal = static_cast<int>(c.device_ids[position]);
+  const size_t esize = ElementSize(dtype);
+  const bool potrs = c.op == "potrs", syevd = c.op == "syevd";
+  const size_t a_bytes = static_cast<size_t>(c.local * c.n) * esize;
+  const size_t b_bytes = potrs ? static_cast<size_t>(c.nrhs * c.n) * esize : 0;
+  const size_t w_bytes = syevd ? static_cast<size_t>(c.n) * RealElementSize(dtype) : 0;
+
+  StagedPosition staged(api, ordinal);
+  const size_t a_in = staged.Reserve(a_bytes), a_out = c.aliased ? a_in : staged.Reserve(a_bytes);
+  const size_t b_in = staged.Reserve(b_bytes), x_out = c.aliased ? b_in : staged.Reserve(b_bytes);
+  const size_t w_out = staged.Reserve(w_bytes);
+  const size_t pos_at = staged.Reserve(sizeof(int32_t)), status_at = staged.Reserve(sizeof(int32_t));
+  const int32_t position32 = position, unset = -12345;
+  Outcome staging = [&]() -> Outcome {
+    if (Outcome o = staged.Allocate(); !o.ok) return o;
+    auto up = [&](size_t offset, const void* host, size_t bytes) -> Outcome {
+      if (bytes > 0)
+        JAXMG_CUDART(api, cudaMemcpy(staged.at(offset), host, bytes, cuda::cudaMemcpyHostToDevice));
+      return {};
+    };
+    if (Outcome o = up(a_in, c.a[i].data(), a_bytes); !o.ok) return o;
+    if (potrs) {
+      if (Outcome o = up(b_in, c.b[i].data(), b_bytes); !o.ok) return o;
+    }
+    if (Outcome o = up(pos_at, &position32, sizeof(position32)); !o.ok) return o;
+    return up(status_at, &unset, sizeof(unset));
+  }();
+  if (!staging.ok) {  // the other positions fail at their deadline
+    out->errors[i] = "staging mesh position " + std::to_string(position) + ": " + staging.message;
+    return;
+  }
+
+  int64_t a_dims[2] = {c.local, c.n}, b_dims[2] = {c.nrhs, c.n}, w_dims[1] = {c.n};
+  XLA_FFI_Buffer a_buffer{XLA_FFI_Buffer_STRUCT_SIZE, nullptr,
+                          static_cast<XLA_FFI_DataType>(type), staged.at(a_in), 2, a_dims};
+  XLA_FFI_Buffer b_buffer{XLA_FFI_Buffer_STRUCT_SIZE, nullptr,
+                          static_cast<XLA_FFI_DataType>(type), staged.at(b_in), 2, b_dims};
+  ffi::AnyBuffer a(&a_buffer), b(&b_buffer);
+  Operands o;
+  o.op = potrs ? Op::kPotrs : syevd ? Op::kSyevd : Op::kPotri;
+  o.target = potrs ? "jaxmg_potrs" : syevd ? "jaxmg_syevd" : "jaxmg_potri";
+  o.a = &a;
+  o.a_out = staged.at(a_out);
+  o.position = reinterpret_cast<const int32_t*>(staged.at(pos_at));
+  o.position_count = 1;
+  o.status_out = reinterpret_cast<int32_t*>(staged.at(status_at));
+  o.status_count = 1;
+  o.tile = c.tile;
+  o.device_ids = ffi::Span<const int64_t>(c.device_ids);
+  o.call_id = c.call_id;
+  if (potrs) {
+    o.b = &b;
+    o.x_out = staged.at(x_out);
+    o.x_dims = ffi::AnyBuffer::Dimensions(b_dims, 2);
+  }
+  if (syevd) {
+    o.w_out = staged.at(w_out);
+    o.w_type = RealTypeOf(dtype);
+    o.w_dims = ffi::AnyBuffer::Dimensions(w_dims, 1);
+    o.vectors = c.vectors;
+  }
+  o.job = c.job;
+  o.pids = ffi::Span<const int64_t>(c.pids);
+
+  CudaDevice device(api, "", staged.stream(), ordinal,
+                    [&staged](size_t bytes) { return staged.Scratch(bytes); });
+  CudaBackend backend(api);
+  ffi::Error e = Participate(o, device, backend, kMaxCudaDevices);
+  if (e.failure()) out->errors[i] = e.message();
+
+  Outcome back = [&]() -> Outcome {
+    JAXMG_CUDART(api, cudaStreamSynchronize(staged.stream()));
+    if (Outcome r = Download(api, staged.at(a_out), a_bytes, &out->a[i]); !r.ok) return r;
+    if (Outcome r = Download(api, staged.at(x_out), b_bytes, &out->x[i]); !r.ok) return r;
+    if (Outcome r = Download(api, staged.at(w_out), w_bytes, &out->w[i]); !r.ok) return r;
+    JAXMG_CUDART(api, cudaMemcpy(&out->status[i], staged.at(status_at), sizeof(int32_t),
+                                 cuda::cudaMemcpyDeviceToHost));
+    return {};
+  }();
+  if (!back.ok && out->errors[i].empty()) out->errors[i] = back.message;
+}
+
+}  // namespace
+
+bool RunCudaOnHost(const HostCall& c, HostResult* out, std::string* error) {
+  static const std::map<std::string, std::pair<ffi::DataType, Dtype>> kTypes = {
+      {"float32", {ffi::DataType::F32, Dtype::kF32}},
+      {"float64", {ffi::DataType::F64, Dtype::kF64}},
+      {"complex64", {ffi::DataType::C64, Dtype::kC64}},
+      {"complex128", {ffi::DataType::C128, Dtype::kC128}}};
+  const auto type = kTypes.find(c.dtype);
+  const size_t count = c.positions.size();
+  const size_t esize = type != kTypes.end() ? ElementSize(type->second.second) : 0;
+  std::ostringstream bad;
+  if (c.op != "potrs" && c.op != "potri" && c.op != "syevd") bad << "op must be potrs, potri or syevd";
+  else if (type == kTypes.end()) bad << "dtype must be float32, float64, complex64 or complex128";
+  else if (c.a.size() != count || (c.op == "potrs" && c.b.size() != count))
+    bad << "one a (and, for potrs, one b) per position run";
+  for (size_t i = 0; bad.str().empty() && i < count; ++i) {
+    if (c.positions[i] < 0 || c.positions[i] >= static_cast<int>(c.device_ids.size()))
+      bad << "position " << c.positions[i] << " is not on the mesh axis";
+    else if (c.a[i].size() != static_cast<size_t>(c.local * c.n) * esize)
+      bad << "a[" << i << "] must hold L x N = " << c.local << " x " << c.n << " elements";
+    else if (c.op == "potrs" && c.b[i].size() != static_cast<size_t>(c.nrhs * c.n) * esize)
+      bad << "b[" << i << "] must hold nrhs x N = " << c.nrhs << " x " << c.n << " elements";
+  }
+  if (!bad.str().empty()) {
+    *error = "RunCudaOnHost: " + bad.str();
+    return false;
+  }
+  const Api* api = cuda::Load(error);
+  if (api == nullptr) return false;
+  out->a.assign(count, {});
+  out->x.assign(count, {});
+  out->w.assign(count, {});
+  out->status.assign(count, -1);
+  out->errors.assign(count, {});
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < count; ++i)
+    threads.emplace_back(RunPositionOnHost, api, std::cref(c), type->second.first,
+                         type->second.second, i, out);
+  for (std::thread& t : threads) t.join();
+  return true;
 }
 
 ffi::Error PotrsCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator scratch,

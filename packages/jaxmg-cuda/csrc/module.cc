@@ -86,6 +86,58 @@ PYBIND11_MODULE(_jaxmg_cuda, m) {
       py::arg("device") = 0,
       "What cuSolverMg does with a device list that names one GPU twice: a report line. For "
       "the GPU validation run; not yet run on GPU hardware.");
+#ifdef JAXMG_WITH_CUDA
+  m.def(
+      "run_cuda_on_host",
+      [](const std::string& op, const std::string& dtype, int64_t n, int64_t local, int64_t nrhs,
+         int64_t tile, bool vectors, bool aliased, std::vector<int64_t> device_ids,
+         std::vector<int> positions, const std::vector<py::bytes>& a,
+         const std::vector<py::bytes>& b, int64_t call_id, int64_t job,
+         std::vector<int64_t> pids) {
+        jaxmg::HostCall call;
+        call.op = op;
+        call.dtype = dtype;
+        call.n = n;
+        call.local = local;
+        call.nrhs = nrhs;
+        call.tile = tile;
+        call.vectors = vectors;
+        call.aliased = aliased;
+        call.device_ids = std::move(device_ids);
+        call.positions = std::move(positions);
+        for (const py::bytes& x : a) call.a.push_back(x);
+        for (const py::bytes& x : b) call.b.push_back(x);
+        call.call_id = call_id;
+        call.job = job;
+        call.pids = std::move(pids);
+        jaxmg::HostResult result;
+        std::string error;
+        bool staged;
+        {
+          py::gil_scoped_release release;
+          staged = jaxmg::RunCudaOnHost(call, &result, &error);
+        }
+        if (!staged) throw std::invalid_argument(error);
+        auto as_bytes = [](const std::vector<std::string>& v) {
+          py::list out;
+          for (const std::string& x : v) out.append(py::bytes(x));
+          return out;
+        };
+        py::dict d;
+        d["a"] = as_bytes(result.a);
+        d["x"] = as_bytes(result.x);
+        d["w"] = as_bytes(result.w);
+        d["status"] = result.status;
+        d["errors"] = result.errors;
+        return d;
+      },
+      py::arg("op"), py::arg("dtype"), py::arg("n"), py::arg("local"), py::arg("nrhs"),
+      py::arg("tile"), py::arg("vectors"), py::arg("aliased"), py::arg("device_ids"),
+      py::arg("positions"), py::arg("a"), py::arg("b"), py::arg("call_id"), py::arg("job"),
+      py::arg("pids"),
+      "Test hook: one call of the CUDA path outside XLA on host bytes (cuda_targets.h, "
+      "RunCudaOnHost); a dict of per-position outputs and errors.");
+#endif
   m.def("open_meetings", [] { return jaxmg::Registry::Get().open_meetings(); },
         "Calls waiting for participants right now (0 between calls).");
 }

@@ -1,0 +1,304 @@
+"""jaxmg_cuda's CUDA path (``cuda_targets.cc``) run without XLA, checked against numpy.
+
+``run_cuda_on_host`` (a test hook of the native module) stages host arrays on their GPUs and
+runs, one thread per mesh position, exactly what the CUDA FFI handlers run: the checks, the
+rendezvous (or the cross-process protocol with CUDA IPC), cuSolverMg by the leader, the
+outputs. Only XLA's binding of the handler is left out.
+
+- Here and in CI there is no GPU, so the libraries it opens are an emulator
+  (``fake_cuda/fake_cuda.cc``): the CUDA runtime, driver and cuSolverMg functions jaxmg uses,
+  on host memory, strict about what jaxmg's plumbing must get right (each pointer on the GPU
+  it belongs to, streams synchronised before the library reads them, descriptors matching
+  the pointer arrays, workspace sizes, IPC handles opened and closed in pairs, no leaks), and
+  with asynchronous copies deferred to the next synchronisation. It proves the plumbing, not
+  what the real cuSolverMg does.
+- On a GPU machine the same cases run on the real libraries (``test_*_on_gpu``, one GPU per
+  mesh position; these have NOT YET RUN ON GPU HARDWARE).
+"""
+
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_native import from_cyclic, hermitian_pd, to_cyclic
+
+import jaxmg_cuda
+
+HERE = Path(__file__).parent / "fake_cuda"
+DTYPES = ["float32", "float64", "complex64", "complex128"]
+LIBRARY_NAMES = ("libcudart.so.13", "libcusolverMg.so.12", "libcuda.so.1")
+
+pytestmark = pytest.mark.skipif(
+    not jaxmg_cuda.has_cuda_support(), reason="jaxmg_cuda was built without CUDA support"
+)
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory):
+    """The emulator, compiled for this run, under the names jaxmg opens."""
+    compiler = shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++")
+    if compiler is None:
+        pytest.skip("no C++ compiler to build the CUDA emulator")
+    folder = tmp_path_factory.mktemp("fake_cuda")
+    library = folder / "libfakecuda.so"
+    subprocess.run(
+        [compiler, "-std=c++17", "-O1", "-g", "-shared", "-fPIC", "-Wl,-soname,libfakecuda.so"]
+        + ["-o", str(library), str(HERE / "fake_cuda.cc"), "-lpthread"],
+        check=True,
+        timeout=300,
+    )
+    for name in LIBRARY_NAMES:
+        (folder / name).symlink_to(library.name)
+    return str(folder)
+
+
+# --- cases --------------------------------------------------------------------------------
+
+
+def make_case(
+    op, dtype, n, tile, device_ids, *, nrhs=3, vectors=True, aliased=True, seed=0, spd=True
+):
+    """One call: its keyword arguments for run_cuda_on_host and what the test needs to check
+    the result."""
+    ndev = len(device_ids)
+    A = hermitian_pd(n, dtype, seed)
+    if not spd:
+        A[n // 2, n // 2] = -1.0
+    blocks = to_cyclic(A, ndev, tile).reshape(ndev, -1, n)
+    rng = np.random.default_rng(seed + 1)
+    b = rng.standard_normal((n, nrhs)).astype(dtype)
+    kwargs = dict(
+        op=op,
+        dtype=dtype,
+        n=n,
+        local=blocks.shape[1],
+        nrhs=nrhs if op == "potrs" else 0,
+        tile=tile,
+        vectors=vectors,
+        aliased=aliased,
+        device_ids=list(device_ids),
+        positions=list(range(ndev)),
+        a=[block.tobytes() for block in blocks],
+        b=[np.ascontiguousarray(b.T).tobytes()] * ndev if op == "potrs" else [],
+        call_id=0,
+        job=0,
+        pids=[],
+    )
+    return kwargs, {"A": A, "b": b}
+
+
+def unpack(kwargs, result):
+    """The per-position outputs as global numpy arrays."""
+    dtype = np.dtype(kwargs["dtype"])
+    n, ndev = kwargs["n"], len(kwargs["device_ids"])
+    real = np.finfo(dtype).dtype
+    blocks = np.stack([np.frombuffer(a, dtype).reshape(kwargs["local"], n) for a in result["a"]])
+    out = {"a": from_cyclic(blocks.reshape(-1, n), n, ndev, kwargs["tile"])}
+    out["x"] = [np.frombuffer(x, dtype).reshape(-1, n).T for x in result["x"]]
+    out["w"] = [np.frombuffer(w, real) for w in result["w"]]
+    return out
+
+
+def check(kwargs, data, result):
+    """The result of one case against numpy."""
+    assert result["errors"] == [""] * len(result["errors"]), result["errors"]
+    assert result["status"] == [0] * len(result["status"])
+    A, dtype, op = data["A"], np.dtype(kwargs["dtype"]), kwargs["op"]
+    n = A.shape[0]
+    eps = np.finfo(dtype).eps
+    got = unpack(kwargs, result)
+    lower = np.tril_indices(n)
+    if op == "potrs":
+        L = np.linalg.cholesky(A.astype(np.complex128))
+        np.testing.assert_allclose(got["a"][lower], L[lower], atol=100 * n * eps)
+        for x in got["x"]:  # every position has x
+            residual = np.linalg.norm(A @ x - data["b"]) / (
+                np.linalg.norm(A) * np.linalg.norm(x) * n * eps
+            )
+            assert residual < 10, residual
+    elif op == "potri":
+        inverse = np.linalg.inv(A.astype(np.complex128))
+        scale = np.linalg.norm(inverse)
+        np.testing.assert_allclose(got["a"][lower], inverse[lower], atol=100 * n * eps * scale)
+    else:
+        expected = np.linalg.eigvalsh(A.astype(np.complex128))
+        for w in got["w"]:
+            np.testing.assert_allclose(w, expected, atol=100 * n * eps * np.abs(expected).max())
+        if kwargs["vectors"]:
+            V, w = got["a"], got["w"][0]
+            residual = np.linalg.norm(A @ V - V * w) / (np.linalg.norm(A) * n * eps)
+            assert residual < 100, residual
+            np.testing.assert_allclose(V.conj().T @ V, np.eye(n), atol=100 * n * eps)
+
+
+def cases_for_emulator():
+    cases = {}
+    for dtype in DTYPES:
+        for ids in ([0], [0, 1], [2, 0, 1]):  # mesh order need not be the GPUs' order
+            for op in ("potrs", "potri", "syevd"):
+                cases[f"{op}-{dtype}-{len(ids)}dev"] = make_case(op, dtype, 12, 2, ids)
+    # Padding (N not a multiple of T_A x devices), many right-hand sides (several chunks),
+    # results not aliasing the inputs, eigenvalues only.
+    cases["potrs-padded"] = make_case("potrs", "float64", 10, 4, [1, 0], nrhs=9)
+    cases["potrs-not-aliased"] = make_case("potrs", "complex128", 12, 2, [0, 1], aliased=False)
+    cases["potri-not-aliased"] = make_case("potri", "float32", 12, 2, [0, 1, 2], aliased=False)
+    cases["syevd-values"] = make_case("syevd", "complex64", 12, 2, [0, 1], vectors=False)
+    cases["syevd-padded"] = make_case("syevd", "float64", 10, 4, [0, 1])
+    return cases
+
+
+def run_calls(folder, calls, tmp_path, env=None):
+    """Runs ``calls`` in a fresh process on the libraries in ``folder`` ("-": the real ones)."""
+    cases_path, results_path = tmp_path / "cases.pkl", tmp_path / "results.pkl"
+    cases_path.write_bytes(pickle.dumps(calls))
+    done = subprocess.run(
+        [sys.executable, str(HERE / "run_host_calls.py"), cases_path, results_path, folder],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, JAXMG_TIMEOUT_S="20", **(env or {})),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return pickle.loads(results_path.read_bytes())
+
+
+# --- on the emulator (CI) -------------------------------------------------------------------
+
+EMULATED = cases_for_emulator()
+
+
+@pytest.fixture(scope="module")
+def emulated(emulator, tmp_path_factory):
+    """Every emulated case, run in one process; then the emulator's bookkeeping."""
+    names = list(EMULATED)
+    out = run_calls(emulator, [EMULATED[k][0] for k in names], tmp_path_factory.mktemp("run"))
+    return dict(zip(names, out["results"], strict=True)), out["emulator"]
+
+
+@pytest.mark.parametrize("name", list(EMULATED))
+def test_cuda_path_on_emulator(emulated, name):
+    results, _ = emulated
+    kwargs, data = EMULATED[name]
+    check(kwargs, data, results[name])
+
+
+def test_emulator_saw_no_misuse_and_nothing_leaked(emulated):
+    """What the emulator checks on every call: no violation (wrong device, unsynchronised
+    stream, descriptor or workspace mismatch), every allocation freed, every stream drained.
+    The cuSolverMg handles and descriptors are cached for the process, by design."""
+    _, state = emulated
+    assert state["violations"] == 0, state["violation_text"]
+    assert state["live_allocations"] == 0
+    assert state["queued_ops"] == 0
+    assert state["open_ipc"] == 0
+    assert state["solver_calls"] >= len(EMULATED)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "complex64"])
+@pytest.mark.parametrize("op", ["potrs", "potri"])
+def test_not_positive_definite_on_emulator(emulator, tmp_path, op, dtype):
+    """cuSolverMg's info > 0 (LAPACK's: the order of the first minor that is not positive
+    definite) becomes every position's status; x (potrs) or the inverse (potri) is NaN."""
+    kwargs, _ = make_case(op, dtype, 12, 2, [0, 1], spd=False)  # A[6, 6] = -1
+    out = run_calls(emulator, [kwargs], tmp_path)
+    result = out["results"][0]
+    assert result["errors"] == ["", ""]
+    assert result["status"] == [7, 7]
+    got = unpack(kwargs, result)
+    if op == "potrs":
+        assert all(np.isnan(x).all() for x in got["x"])
+    else:
+        assert np.isnan(got["a"]).all()
+    assert out["emulator"]["violations"] == 0, out["emulator"]["violation_text"]
+
+
+def test_repeated_gpu_is_refused_before_the_library(emulator, tmp_path):
+    """Two mesh positions on one GPU: every position gets the refusal, the library is not
+    called."""
+    kwargs, _ = make_case("potrs", "float64", 8, 2, [1, 1])
+    out = run_calls(emulator, [kwargs], tmp_path)
+    errors = out["results"][0]["errors"]
+    assert len(errors) == 2 and all("lists a GPU twice" in e for e in errors), errors
+    assert out["emulator"]["solver_calls"] == 0
+
+
+def test_two_processes_share_by_cuda_ipc_on_emulator(emulator, tmp_path):
+    """The multi-process GPU protocol: position 1's process shares its buffers as CUDA IPC
+    handles, position 0's process maps them, runs the library for both and closes them."""
+    kwargs, data = make_case("potrs", "complex128", 12, 2, [0, 1], nrhs=2)
+    job = int.from_bytes(os.urandom(6), "little") | 1
+    procs = []
+    for position in (0, 1):
+        call = dict(kwargs, positions=[position], a=[kwargs["a"][position]], job=job)
+        call["b"] = [kwargs["b"][position]]
+        folder = tmp_path / f"p{position}"
+        folder.mkdir()
+        (folder / "cases.pkl").write_bytes(pickle.dumps([call]))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(HERE / "run_host_calls.py")]
+                + [folder / "cases.pkl", folder / "results.pkl", emulator],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=dict(os.environ, JAXMG_TIMEOUT_S="20", JAXMG_HOST_CALL_PIDS_FROM_STDIN="1"),
+            )
+        )
+    try:
+        pids = [int(p.stdout.readline()) for p in procs]
+        for p in procs:
+            p.stdin.write(" ".join(map(str, pids)) + "\n")
+            p.stdin.flush()
+        for p in procs:
+            _, err = p.communicate(timeout=120)
+            assert p.returncode == 0, err
+    finally:
+        for p in procs:
+            p.kill()
+    outs = [pickle.loads((tmp_path / f"p{q}" / "results.pkl").read_bytes()) for q in (0, 1)]
+    merged = {
+        key: [outs[q]["results"][0][key][0] for q in (0, 1)]
+        for key in ("a", "x", "w", "status", "errors")
+    }
+    check(kwargs, data, merged)
+    for out in outs:
+        state = out["emulator"]
+        assert state["violations"] == 0, state["violation_text"]
+        assert state["live_allocations"] == 0 and state["open_ipc"] == 0
+    assert outs[0]["emulator"]["solver_calls"] >= 1  # the leader ran the library
+    assert outs[1]["emulator"]["solver_calls"] == 0
+
+
+# --- the same path on real GPUs (NOT YET RUN ON GPU HARDWARE) -------------------------------
+
+
+def _gpu_count():
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60)
+    return sum(line.startswith("GPU ") for line in listed.stdout.splitlines())
+
+
+@pytest.mark.gpu
+def test_cuda_path_on_gpu(tmp_path):
+    """Every emulated case whose GPUs exist here, on the real CUDA runtime and cuSolverMg."""
+    have = _gpu_count()
+    if have == 0:
+        if os.environ.get("JAXMG_REQUIRE_GPU") == "1":
+            pytest.fail("JAXMG_REQUIRE_GPU=1 but no GPU was found (nvidia-smi -L)")
+        pytest.skip("no GPU (nvidia-smi -L): the real CUDA path has NOT YET RUN ON HARDWARE")
+    names = [k for k, (kw, _) in EMULATED.items() if max(kw["device_ids"]) < have]
+    out = run_calls("-", [EMULATED[k][0] for k in names], tmp_path)
+    failures = []
+    for name, result in zip(names, out["results"], strict=True):
+        try:
+            check(*EMULATED[name], result)
+        except AssertionError as error:
+            failures.append(f"{name}: {error}")
+    assert not failures, "\n".join(failures)

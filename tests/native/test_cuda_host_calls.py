@@ -227,22 +227,21 @@ def test_repeated_gpu_is_refused_before_the_library(emulator, tmp_path):
     assert out["emulator"]["solver_calls"] == 0
 
 
-def test_two_processes_share_by_cuda_ipc_on_emulator(emulator, tmp_path):
-    """The multi-process GPU protocol: position 1's process shares its buffers as CUDA IPC
-    handles, position 0's process maps them, runs the library for both and closes them."""
-    kwargs, data = make_case("potrs", "complex128", 12, 2, [0, 1], nrhs=2)
+def run_one_position_per_process(folder, kwargs, tmp_path):
+    """``kwargs``'s call with each mesh position in a process of its own (the multi-process
+    protocol); returns what each process saw."""
     job = int.from_bytes(os.urandom(6), "little") | 1
     procs = []
-    for position in (0, 1):
+    for position in range(len(kwargs["device_ids"])):
         call = dict(kwargs, positions=[position], a=[kwargs["a"][position]], job=job)
-        call["b"] = [kwargs["b"][position]]
-        folder = tmp_path / f"p{position}"
-        folder.mkdir()
-        (folder / "cases.pkl").write_bytes(pickle.dumps([call]))
+        call["b"] = [kwargs["b"][position]] if kwargs["b"] else []
+        work = tmp_path / f"p{position}"
+        work.mkdir()
+        (work / "cases.pkl").write_bytes(pickle.dumps([call]))
         procs.append(
             subprocess.Popen(
                 [sys.executable, str(HERE / "run_host_calls.py")]
-                + [folder / "cases.pkl", folder / "results.pkl", emulator],
+                + [work / "cases.pkl", work / "results.pkl", folder],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -261,18 +260,62 @@ def test_two_processes_share_by_cuda_ipc_on_emulator(emulator, tmp_path):
     finally:
         for p in procs:
             p.kill()
-    outs = [pickle.loads((tmp_path / f"p{q}" / "results.pkl").read_bytes()) for q in (0, 1)]
-    merged = {
-        key: [outs[q]["results"][0][key][0] for q in (0, 1)]
-        for key in ("a", "x", "w", "status", "errors")
-    }
-    check(kwargs, data, merged)
+    return [
+        pickle.loads((tmp_path / f"p{q}" / "results.pkl").read_bytes()) for q in range(len(procs))
+    ]
+
+
+def merged(outs):
+    """One result dict from each process's single position."""
+    keys = ("a", "x", "w", "status", "errors")
+    return {key: [out["results"][0][key][0] for out in outs] for key in keys}
+
+
+@pytest.mark.parametrize("op", ["potrs", "syevd"])
+def test_processes_share_by_cuda_ipc_on_emulator(emulator, tmp_path, op):
+    """The multi-process GPU protocol on 3 processes: the others share their buffers as CUDA
+    IPC handles, position 0's process maps them, runs the library for all, closes them."""
+    kwargs, data = make_case(op, "complex128", 12, 2, [2, 0, 1], nrhs=2)
+    outs = run_one_position_per_process(emulator, kwargs, tmp_path)
+    check(kwargs, data, merged(outs))
     for out in outs:
         state = out["emulator"]
         assert state["violations"] == 0, state["violation_text"]
         assert state["live_allocations"] == 0 and state["open_ipc"] == 0
     assert outs[0]["emulator"]["solver_calls"] >= 1  # the leader ran the library
-    assert outs[1]["emulator"]["solver_calls"] == 0
+    assert all(out["emulator"]["solver_calls"] == 0 for out in outs[1:])
+
+
+def test_two_processes_on_one_gpu_are_refused_on_emulator(emulator, tmp_path):
+    """Two processes on one GPU: the leader maps the other's memory, then refuses the device
+    list (cuSolverMg needs distinct GPUs); both processes get the reason, handles closed."""
+    kwargs, _ = make_case("potri", "float64", 8, 2, [1, 1])
+    outs = run_one_position_per_process(emulator, kwargs, tmp_path)
+    errors = merged(outs)["errors"]
+    assert all("lists a GPU twice" in e for e in errors), errors
+    for out in outs:
+        state = out["emulator"]
+        assert state["violations"] == 0, state["violation_text"]
+        assert state["live_allocations"] == 0 and state["open_ipc"] == 0
+        assert state["solver_calls"] == 0
+
+
+def test_repeated_gpu_probe_runs_on_emulator(emulator):
+    """The probe ``nox -s gpu`` runs (cuSolverMg with one GPU listed twice) gets through every
+    step and reads its own result back right. The emulator accepts a repeated GPU, so this
+    checks the probe, not cuSolverMg's answer."""
+    script = (
+        "import sys; from jaxmg_cuda import _jaxmg_cuda as m\n"
+        "m.set_cuda_library_dirs([sys.argv[1]])\n"
+        "print(m.probe_repeated_gpu(3))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, emulator], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    report = done.stdout.strip()
+    assert "GPU 3 listed twice" in report and report.endswith("(correct)"), report
+    assert "violation" not in done.stderr, done.stderr
 
 
 # --- the same path on real GPUs (NOT YET RUN ON GPU HARDWARE) -------------------------------

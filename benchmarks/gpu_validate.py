@@ -5,9 +5,11 @@ ninja, scikit-build-core and pybind11 (no nox or hatchling needed):
 
 1. builds jaxmg-cuda with ``--no-build-isolation`` against what is installed; the two pure
    Python packages are used from the checkout (``PYTHONPATH``), so nothing is downloaded;
-2. runs the GPU tests with ``JAXMG_REQUIRE_GPU=1`` (a missing GPU is a failure, not a skip),
-   the multi-process ones (CUDA IPC) included: one GPU per process where there are enough
-   GPUs, and two processes on one GPU (refused with a reason) on any GPU machine;
+2. runs the GPU tests with ``JAXMG_REQUIRE_GPU=1`` (a missing GPU is a failure, not a skip):
+   the CUDA layer outside XLA on the real libraries (``tests/native/test_cuda_host_calls.py``,
+   the cases CI runs on its emulator), then through jax, the multi-process ones (CUDA IPC)
+   included: one GPU per process where there are enough GPUs, and two processes on one GPU
+   (refused with a reason) on any GPU machine;
 3. asks cuSolverMg what it does with a device list that names one GPU twice (the question of
    two processes on one GPU; the answer, crash or hang included, goes into the log);
 4. runs the GPU benchmark subset of issue 6 (potrs N=32768 and syevd N=16384 in float64, the

@@ -167,6 +167,57 @@ def run_calls(folder, calls, tmp_path, env=None):
     return pickle.loads(results_path.read_bytes())
 
 
+def _gpu_count():
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60)
+    return sum(line.startswith("GPU ") for line in listed.stdout.splitlines())
+
+
+def _real_gpus():
+    """The GPUs here; skips without one (fails instead with JAXMG_REQUIRE_GPU=1)."""
+    have = _gpu_count()
+    if have == 0:
+        if os.environ.get("JAXMG_REQUIRE_GPU") == "1":
+            pytest.fail("JAXMG_REQUIRE_GPU=1 but no GPU was found (nvidia-smi -L)")
+        pytest.skip("no GPU (nvidia-smi -L): the real CUDA path has NOT YET RUN ON HARDWARE")
+    return have
+
+
+class Libraries:
+    """Where the CUDA libraries come from: the emulator's folder, or "-" for the real ones."""
+
+    def __init__(self, folder, gpus):
+        self.folder, self.gpus = folder, gpus
+
+    @property
+    def emulated(self):
+        return self.folder != "-"
+
+    def need(self, count):
+        if self.gpus < count:
+            pytest.skip(f"needs {count} GPUs, {self.gpus} here")
+
+    def assert_clean(self, out, solver_calls=None):
+        """The emulator's bookkeeping after a process's calls (nothing to read on real GPUs)."""
+        state = out["emulator"]
+        if state is None:
+            return
+        assert state["violations"] == 0, state["violation_text"]
+        assert state["live_allocations"] == 0 and state["open_ipc"] == 0
+        assert state["queued_ops"] == 0
+        if solver_calls is not None:
+            assert state["solver_calls"] == solver_calls
+
+
+@pytest.fixture(params=["emulator", pytest.param("gpu", marks=pytest.mark.gpu)])
+def libraries(request):
+    """Each test below runs on the emulator (CI) and on real GPUs (skips without one)."""
+    if request.param == "emulator":
+        return Libraries(request.getfixturevalue("emulator"), 16)
+    return Libraries("-", _real_gpus())
+
+
 # --- on the emulator (CI) -------------------------------------------------------------------
 
 EMULATED = cases_for_emulator()
@@ -199,32 +250,36 @@ def test_emulator_saw_no_misuse_and_nothing_leaked(emulated):
     assert state["solver_calls"] >= len(EMULATED)
 
 
+# --- on the emulator and, where there are enough GPUs, on real ones ---------------------------
+
+
 @pytest.mark.parametrize("dtype", ["float64", "complex64"])
 @pytest.mark.parametrize("op", ["potrs", "potri"])
-def test_not_positive_definite_on_emulator(emulator, tmp_path, op, dtype):
+def test_not_positive_definite(libraries, tmp_path, op, dtype):
     """cuSolverMg's info > 0 (LAPACK's: the order of the first minor that is not positive
     definite) becomes every position's status; x (potrs) or the inverse (potri) is NaN."""
-    kwargs, _ = make_case(op, dtype, 12, 2, [0, 1], spd=False)  # A[6, 6] = -1
-    out = run_calls(emulator, [kwargs], tmp_path)
+    ids = list(range(min(2, libraries.gpus)))
+    kwargs, _ = make_case(op, dtype, 12, 2, ids, spd=False)  # A[6, 6] = -1
+    out = run_calls(libraries.folder, [kwargs], tmp_path)
     result = out["results"][0]
-    assert result["errors"] == ["", ""]
-    assert result["status"] == [7, 7]
+    assert result["errors"] == [""] * len(ids)
+    assert result["status"] == [7] * len(ids)
     got = unpack(kwargs, result)
     if op == "potrs":
         assert all(np.isnan(x).all() for x in got["x"])
     else:
         assert np.isnan(got["a"]).all()
-    assert out["emulator"]["violations"] == 0, out["emulator"]["violation_text"]
+    libraries.assert_clean(out)
 
 
-def test_repeated_gpu_is_refused_before_the_library(emulator, tmp_path):
+def test_repeated_gpu_is_refused_before_the_library(libraries, tmp_path):
     """Two mesh positions on one GPU: every position gets the refusal, the library is not
     called."""
-    kwargs, _ = make_case("potrs", "float64", 8, 2, [1, 1])
-    out = run_calls(emulator, [kwargs], tmp_path)
+    kwargs, _ = make_case("potrs", "float64", 8, 2, [0, 0])
+    out = run_calls(libraries.folder, [kwargs], tmp_path)
     errors = out["results"][0]["errors"]
     assert len(errors) == 2 and all("lists a GPU twice" in e for e in errors), errors
-    assert out["emulator"]["solver_calls"] == 0
+    libraries.assert_clean(out, solver_calls=0)
 
 
 def run_one_position_per_process(folder, kwargs, tmp_path):
@@ -272,32 +327,27 @@ def merged(outs):
 
 
 @pytest.mark.parametrize("op", ["potrs", "syevd"])
-def test_processes_share_by_cuda_ipc_on_emulator(emulator, tmp_path, op):
+def test_processes_share_by_cuda_ipc(libraries, tmp_path, op):
     """The multi-process GPU protocol on 3 processes: the others share their buffers as CUDA
     IPC handles, position 0's process maps them, runs the library for all, closes them."""
+    libraries.need(3)
     kwargs, data = make_case(op, "complex128", 12, 2, [2, 0, 1], nrhs=2)
-    outs = run_one_position_per_process(emulator, kwargs, tmp_path)
+    outs = run_one_position_per_process(libraries.folder, kwargs, tmp_path)
     check(kwargs, data, merged(outs))
-    for out in outs:
-        state = out["emulator"]
-        assert state["violations"] == 0, state["violation_text"]
-        assert state["live_allocations"] == 0 and state["open_ipc"] == 0
-    assert outs[0]["emulator"]["solver_calls"] >= 1  # the leader ran the library
-    assert all(out["emulator"]["solver_calls"] == 0 for out in outs[1:])
+    for position, out in enumerate(outs):  # only the leader runs the library
+        libraries.assert_clean(out, solver_calls=None if position == 0 else 0)
 
 
-def test_two_processes_on_one_gpu_are_refused_on_emulator(emulator, tmp_path):
-    """Two processes on one GPU: the leader maps the other's memory, then refuses the device
-    list (cuSolverMg needs distinct GPUs); both processes get the reason, handles closed."""
-    kwargs, _ = make_case("potri", "float64", 8, 2, [1, 1])
-    outs = run_one_position_per_process(emulator, kwargs, tmp_path)
+def test_two_processes_on_one_gpu_are_refused(libraries, tmp_path):
+    """Two processes on one GPU: the leader maps the other's memory (CUDA IPC works on one
+    GPU), then refuses the device list, since cuSolverMg needs distinct GPUs; both processes
+    get the reason, every handle closed."""
+    kwargs, _ = make_case("potri", "float64", 8, 2, [0, 0])
+    outs = run_one_position_per_process(libraries.folder, kwargs, tmp_path)
     errors = merged(outs)["errors"]
     assert all("lists a GPU twice" in e for e in errors), errors
     for out in outs:
-        state = out["emulator"]
-        assert state["violations"] == 0, state["violation_text"]
-        assert state["live_allocations"] == 0 and state["open_ipc"] == 0
-        assert state["solver_calls"] == 0
+        libraries.assert_clean(out, solver_calls=0)
 
 
 def test_repeated_gpu_probe_runs_on_emulator(emulator):
@@ -318,24 +368,13 @@ def test_repeated_gpu_probe_runs_on_emulator(emulator):
     assert "violation" not in done.stderr, done.stderr
 
 
-# --- the same path on real GPUs (NOT YET RUN ON GPU HARDWARE) -------------------------------
-
-
-def _gpu_count():
-    if shutil.which("nvidia-smi") is None:
-        return 0
-    listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60)
-    return sum(line.startswith("GPU ") for line in listed.stdout.splitlines())
+# --- every emulated case on real GPUs (NOT YET RUN ON GPU HARDWARE) ---------------------------
 
 
 @pytest.mark.gpu
 def test_cuda_path_on_gpu(tmp_path):
     """Every emulated case whose GPUs exist here, on the real CUDA runtime and cuSolverMg."""
-    have = _gpu_count()
-    if have == 0:
-        if os.environ.get("JAXMG_REQUIRE_GPU") == "1":
-            pytest.fail("JAXMG_REQUIRE_GPU=1 but no GPU was found (nvidia-smi -L)")
-        pytest.skip("no GPU (nvidia-smi -L): the real CUDA path has NOT YET RUN ON HARDWARE")
+    have = _real_gpus()
     names = [k for k, (kw, _) in EMULATED.items() if max(kw["device_ids"]) < have]
     out = run_calls("-", [EMULATED[k][0] for k in names], tmp_path)
     failures = []

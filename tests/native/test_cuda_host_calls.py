@@ -272,6 +272,17 @@ def test_not_positive_definite(libraries, tmp_path, op, dtype):
     libraries.assert_clean(out)
 
 
+@pytest.mark.parametrize("status", [6, 7])  # EXECUTION_FAILED, INTERNAL_ERROR
+def test_not_positive_definite_flagged_by_status_on_emulator(emulator, tmp_path, status):
+    """Should cuSolverMg flag a matrix that is not positive definite with a failing status as
+    well as info > 0 (unknown until a GPU run), it is still a status and NaN, not an error."""
+    kwargs, _ = make_case("potrs", "float64", 12, 2, [0, 1], spd=False)
+    out = run_calls(emulator, [kwargs], tmp_path, env={"FAKECUDA_NOT_PD_STATUS": str(status)})
+    result = out["results"][0]
+    assert result["errors"] == ["", ""] and result["status"] == [7, 7]
+    assert all(np.isnan(x).all() for x in unpack(kwargs, result)["x"])
+
+
 def test_repeated_gpu_is_refused_before_the_library(libraries, tmp_path):
     """Two mesh positions on one GPU: every position gets the refusal, the library is not
     called."""

@@ -14,6 +14,7 @@
 //   c++ -std=c++17 -O1 -g -shared -fPIC -Wl,-soname,libfakecuda.so -o libfakecuda.so
 //       fake_cuda.cc -lpthread
 // FAKECUDA_DEVICES (1..16, default 16) sets the number of emulated devices.
+// FAKECUDA_NOT_PD_STATUS: see cusolverMgPotrf below.
 #include <fcntl.h>
 #include <strings.h>
 #include <sys/mman.h>
@@ -546,6 +547,10 @@ int PotrfPotri(const char* fn, bool inverse, void* h, int uplo, int n, void** a,
     Mat m = Gather(*d, a, n, Part::kHermitian);
     *info = Cholesky(m, n);
     Scatter(*d, a, n, m, true);
+    // FAKECUDA_NOT_PD_STATUS=s: report a matrix that is not positive definite through a
+    // failing status s as well as info > 0 (how real cuSolverMg reports it is not known).
+    if (const char* s = std::getenv("FAKECUDA_NOT_PD_STATUS"); s != nullptr && *info > 0)
+      return std::atoi(s);
   }
   return kSuccess;
 }

@@ -122,7 +122,7 @@ def bench(session):
 @nox.session(venv_backend="none")
 def gpu(session):
     """GPU validation with the interpreter already on the GPU machine (offline, no venv)."""
-    session.run("python", "benchmarks/gpu_validate.py")
+    session.run("python", "benchmarks/gpu_validate.py", *session.posargs)
 
 
 @nox.session

@@ -764,7 +764,8 @@ class StagedPosition {
 
 Outcome Download(const Api* api, const char* src, size_t bytes, std::string* out) {
   out->assign(bytes, '\0');
-  if (bytes > 0) JAXMG_CUDART(api, cudaMemcpy(out->data(), src, bytes, cuda::cudaMemcpyDeviceToHost));
+  if (bytes > 0)
+    JAXMG_CUDART(api, cudaMemcpy(out->data(), src, bytes, cuda::cudaMemcpyDeviceToHost));
   return {};
 }
 
@@ -783,7 +784,8 @@ void RunPositionOnHost(const Api* api, const HostCall& c, ffi::DataType type, Dt
   const size_t a_in = staged.Reserve(a_bytes), a_out = c.aliased ? a_in : staged.Reserve(a_bytes);
   const size_t b_in = staged.Reserve(b_bytes), x_out = c.aliased ? b_in : staged.Reserve(b_bytes);
   const size_t w_out = staged.Reserve(w_bytes);
-  const size_t pos_at = staged.Reserve(sizeof(int32_t)), status_at = staged.Reserve(sizeof(int32_t));
+  const size_t pos_at = staged.Reserve(sizeof(int32_t));
+  const size_t status_at = staged.Reserve(sizeof(int32_t));
   const int32_t position32 = position, unset = -12345;
   Outcome staging = [&]() -> Outcome {
     if (Outcome o = staged.Allocate(); !o.ok) return o;
@@ -866,7 +868,8 @@ bool RunCudaOnHost(const HostCall& c, HostResult* out, std::string* error) {
   const size_t count = c.positions.size();
   const size_t esize = type != kTypes.end() ? ElementSize(type->second.second) : 0;
   std::ostringstream bad;
-  if (c.op != "potrs" && c.op != "potri" && c.op != "syevd") bad << "op must be potrs, potri or syevd";
+  if (c.op != "potrs" && c.op != "potri" && c.op != "syevd")
+    bad << "op must be potrs, potri or syevd";
   else if (type == kTypes.end()) bad << "dtype must be float32, float64, complex64 or complex128";
   else if (c.a.size() != count || (c.op == "potrs" && c.b.size() != count))
     bad << "one a (and, for potrs, one b) per position run";

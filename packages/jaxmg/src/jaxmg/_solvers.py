@@ -152,10 +152,28 @@ def _syevd_local(a, *, T_A, n, cyclic, vectors, geometry, fn):
 
 
 def _placed(x, mesh, spec):
-    """``x`` sharded as ``spec`` over ``mesh`` (a no-op when it already is)."""
-    if isinstance(mesh, jax.sharding.Mesh):
+    """``x`` sharded as ``spec`` over ``mesh`` (a no-op when it already is).
+
+    ``reshard`` where the axes are Explicit (and on an abstract mesh), ``device_put`` where
+    they are Auto (``reshard`` refuses Auto axes). Not ``device_put`` on Explicit axes: under
+    ``jax.vmap`` it puts the batch dimension last in the sharding (P(None, 'x') becomes
+    P(None, 'x', None)), which jax 0.12's ``shard_map`` no longer repairs.
+    """
+    if isinstance(mesh, jax.sharding.Mesh) and not _explicit(mesh, spec):
         return jax.device_put(x, NamedSharding(mesh, spec))
     return jax.sharding.reshard(x, NamedSharding(mesh, spec))
+
+
+def _explicit(mesh, spec) -> bool:
+    """Whether the mesh axes ``spec`` names (every axis, for a replicated spec) are Explicit."""
+    types = dict(zip(mesh.axis_names, mesh.axis_types, strict=True))
+    names = [
+        n
+        for entry in spec
+        if entry is not None
+        for n in (entry if isinstance(entry, tuple) else (entry,))
+    ]
+    return all(types[n] == jax.sharding.AxisType.Explicit for n in (names or mesh.axis_names))
 
 
 @functools.partial(jax.jit, static_argnames=("T_A", "n", "cyclic", "geometry", "fn"))

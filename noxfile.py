@@ -80,7 +80,7 @@ def _python312() -> str:
 
 @nox.session(python=_python312())
 def compat(session):
-    """The CPU suite on 4 simulated devices with jax NEWEST_JAX on Python 3.12."""
+    """The CPU suite on 4 simulated devices with the newest jax (NEWEST_JAX) on Python 3.12."""
     session.install(f"jax=={NEWEST_JAX}", f"jaxlib=={NEWEST_JAX}")
     install_jaxmg(session, "test", "plot")
     session.run(

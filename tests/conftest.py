@@ -72,6 +72,14 @@ def gpu_devices():
     return devices
 
 
+@pytest.fixture(scope="session")
+def once_per_suite(request):
+    """For tests that do not depend on the simulated device count: they run only in the
+    4-device pytest process (the default), not again in the 1, 2, 3 and 8-device ones."""
+    if request.config.getoption("--num-cpu-devices") != 4:
+        pytest.skip("independent of the device count: runs with --num-cpu-devices=4")
+
+
 @pytest.fixture
 def cpu_devices():
     """The simulated CPU devices of this pytest process (see --num-cpu-devices)."""

@@ -13,6 +13,7 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.usefixtures("once_per_suite")
 
 
 @pytest.fixture(scope="module")

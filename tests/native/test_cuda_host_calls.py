@@ -39,7 +39,7 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def emulator(tmp_path_factory):
+def emulator(tmp_path_factory, once_per_suite):
     """The emulator, compiled for this run, under the names jaxmg opens."""
     compiler = shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++")
     if compiler is None:

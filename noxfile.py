@@ -7,6 +7,7 @@
 - ``lint``: ruff.
 - ``demo``: install and run ``python -m jaxmg demo``.
 - ``tsan``: the rendezvous and CPU twin under ThreadSanitizer.
+- ``asan``: the CUDA layer on the CUDA emulator under AddressSanitizer.
 - ``bench``: the CPU benchmarks (solvers vs JAX on one device; layout round trip; one device
   per process vs one process); arguments after ``--`` go to ``benchmarks/solvers.py``.
 - ``gpu``: on a GPU machine, build against the installed CUDA, run the GPU tests with
@@ -162,15 +163,25 @@ def gpu(session):
     session.run("python", "benchmarks/gpu_validate.py", *session.posargs)
 
 
-@nox.session
-def tsan(session):
-    """Build the rendezvous and CPU twin with ThreadSanitizer and stress them."""
+def _sanitizers():
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("noxtsan", PACKAGES / "jaxmg-cuda" / "noxtsan.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    module.tsan(session)
+    return module
+
+
+@nox.session
+def tsan(session):
+    """Build the rendezvous and CPU twin with ThreadSanitizer and stress them."""
+    _sanitizers().tsan(session)
+
+
+@nox.session
+def asan(session):
+    """Build jaxmg-cuda with AddressSanitizer; run the CUDA layer on the CUDA emulator."""
+    _sanitizers().asan(session)
 
 
 if os.environ.get("JAXMG_NOX_VERBOSE"):

@@ -1,10 +1,17 @@
-"""``nox -s tsan``: the rendezvous and the CPU twin under ThreadSanitizer.
+"""``nox -s tsan`` and ``nox -s asan``: jaxmg-cuda under ThreadSanitizer and AddressSanitizer.
+
+``tsan``: the rendezvous and the CPU twin.
 
 Builds jaxmg-cuda with ``-fsanitize=thread`` (CMake option ``JAXMG_TSAN``), preloads the
 sanitizer runtime into the (uninstrumented) Python interpreter, and runs the multi-device
 native tests on 4 and 8 simulated devices. Reports go to ``tsan-reports/`` in the session's
 temporary folder; any report fails the session. Only our library is instrumented, so races
 inside XLA itself are out of scope (``ignore_noninstrumented_modules``).
+
+``asan``: the CUDA layer (cuda_targets.cc and the shared protocol, in one process and across
+processes) on the CUDA emulator, through ``tests/native/test_cuda_host_calls.py``, whose calls
+run in processes that never start jax's backend: jaxlib's C++ exceptions trip ASan's
+``__cxa_throw`` interceptor, so the jax-driven tests cannot run under it.
 """
 
 import pathlib
@@ -14,16 +21,16 @@ HERE = pathlib.Path(__file__).parent
 ROOT = HERE.parent.parent
 
 
-def _libtsan() -> str:
+def _runtime(name: str) -> str:
     found = subprocess.run(
-        ["gcc", "-print-file-name=libtsan.so"], capture_output=True, text=True, check=True
+        ["gcc", f"-print-file-name={name}"], capture_output=True, text=True, check=True
     ).stdout.strip()
     if not pathlib.Path(found).is_file():
-        raise RuntimeError("ThreadSanitizer runtime (libtsan.so) not found; install gcc's libtsan")
+        raise RuntimeError(f"sanitizer runtime {name} not found; install gcc's sanitizer libraries")
     return str(pathlib.Path(found).resolve())
 
 
-def tsan(session):
+def _install_build_deps(session):
     session.install(
         "scikit-build-core>=0.10",
         "pybind11>=2.13",
@@ -36,6 +43,36 @@ def tsan(session):
         "pytest",
         "hypothesis",
     )
+
+
+def asan(session):
+    _install_build_deps(session)
+    flags = "-fsanitize=address -fno-omit-frame-pointer -g"
+    session.install(
+        "--no-build-isolation",
+        "-C",
+        f"cmake.define.CMAKE_CXX_FLAGS={flags}",
+        "-C",
+        "cmake.define.CMAKE_SHARED_LINKER_FLAGS=-fsanitize=address",
+        "-C",
+        "build-dir=build/asan",
+        str(HERE),
+    )
+    # An ASan report aborts the subprocess, which fails its test.
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        str(ROOT / "tests" / "native" / "test_cuda_host_calls.py"),
+        "-q",
+        "--num-cpu-devices=4",
+        env={"LD_PRELOAD": _runtime("libasan.so"), "ASAN_OPTIONS": "detect_leaks=0"},
+    )
+    session.log("AddressSanitizer: no reports")
+
+
+def tsan(session):
+    _install_build_deps(session)
     session.install(
         "--no-build-isolation",
         "-C",
@@ -47,7 +84,7 @@ def tsan(session):
     reports = pathlib.Path(session.create_tmp()) / "tsan-reports"
     reports.mkdir(exist_ok=True)
     env = {
-        "LD_PRELOAD": _libtsan(),
+        "LD_PRELOAD": _runtime("libtsan.so"),
         "TSAN_OPTIONS": f"log_path={reports}/report ignore_noninstrumented_modules=1 "
         "halt_on_error=0 report_signal_unsafe=0",
     }

@@ -38,23 +38,27 @@ def install_jaxmg(session, *extras):
     session.install("--no-build-isolation", target)
 
 
+def run_cpu_suite(session, count):
+    """The single-process suite on ``count`` simulated CPU devices."""
+    session.log(f"--- {count} simulated CPU device(s) ---")
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "tests",
+        "--ignore=tests/multiprocess",
+        f"--num-cpu-devices={count}",
+        "-q",
+        env={"PYTHONHASHSEED": "0"},
+    )
+
+
 @nox.session
 def tests(session):
     """The CPU test suite, once per simulated device count."""
     install_jaxmg(session, "test", "plot")
-    counts = [int(n) for n in session.posargs] or DEVICE_COUNTS
-    for count in counts:
-        session.log(f"--- {count} simulated CPU device(s) ---")
-        session.run(
-            "python",
-            "-m",
-            "pytest",
-            "tests",
-            "--ignore=tests/multiprocess",
-            f"--num-cpu-devices={count}",
-            "-q",
-            env={"PYTHONHASHSEED": "0"},
-        )
+    for count in [int(n) for n in session.posargs] or DEVICE_COUNTS:
+        run_cpu_suite(session, count)
     if not session.posargs:
         session.log("--- multi-process jobs (jax.distributed on localhost, 2 and 4 processes) ---")
         session.run("python", "-m", "pytest", "tests/multiprocess", "-q")
@@ -84,16 +88,7 @@ def compat(session):
     """The CPU suite on 4 simulated devices with the newest jax (NEWEST_JAX) on Python 3.12."""
     session.install(f"jax=={NEWEST_JAX}", f"jaxlib=={NEWEST_JAX}")
     install_jaxmg(session, "test", "plot")
-    session.run(
-        "python",
-        "-m",
-        "pytest",
-        "tests",
-        "--ignore=tests/multiprocess",
-        "--num-cpu-devices=4",
-        "-q",
-        env={"PYTHONHASHSEED": "0"},
-    )
+    run_cpu_suite(session, 4)
 
 
 @nox.session

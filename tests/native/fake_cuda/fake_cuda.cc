@@ -555,6 +555,22 @@ int PotrfPotri(const char* fn, bool inverse, void* h, int uplo, int n, void** a,
   return kSuccess;
 }
 
+// Every id of a device list must be an emulated device.
+template <typename Int>
+void CheckDevices(Checker& c, const Int* ids, int count) {
+  for (int i = 0; c.ok() && i < count; ++i)
+    if (!ValidDevice(ids[i])) c.Fail(S("invalid device ", ids[i]));
+}
+
+// Destroys one of the objects a cusolverMgCreate* call made; an unknown one is a violation.
+template <typename T>
+int DestroyObject(std::set<void*>* live, void* object, const char* fn, const char* what) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (live->erase(object) == 0)
+    return Violation(fn, S("unknown ", what, " ", object)), kMgInvalidValue;
+  delete static_cast<T*>(object);
+  return kSuccess;
+}
 }  // namespace
 
 // =============================================================================================
@@ -808,6 +824,7 @@ int cuPointerGetAttribute(void* data, int attribute, unsigned long long ptr) {  
 
 // =============================================================================================
 // cuSolverMg: handles, 1 x P grids, 1-D column block-cyclic descriptors.
+
 int cusolverMgCreate(void** handle) {
   if (handle == nullptr) return Violation("cusolverMgCreate", "null output"), kMgInvalidValue;
   std::lock_guard<std::mutex> lock(mu);
@@ -816,11 +833,7 @@ int cusolverMgCreate(void** handle) {
 }
 
 int cusolverMgDestroy(void* handle) {
-  std::lock_guard<std::mutex> lock(mu);
-  if (handles->erase(handle) == 0)
-    return Violation("cusolverMgDestroy", S("unknown handle ", handle)), kMgInvalidValue;
-  delete static_cast<MgHandle*>(handle);
-  return kSuccess;
+  return DestroyObject<MgHandle>(handles, handle, "cusolverMgDestroy", "handle");
 }
 
 int cusolverMgDeviceSelect(void* handle, int count, int devices[]) {
@@ -828,8 +841,7 @@ int cusolverMgDeviceSelect(void* handle, int count, int devices[]) {
   Checker c{"cusolverMgDeviceSelect", {}};
   if (handles->count(handle) == 0) c.Fail(S("unknown handle ", handle));
   if (count < 1 || count > kMaxDevices || devices == nullptr) c.Fail(S("nbDevices ", count));
-  for (int i = 0; c.ok() && i < count; ++i)
-    if (!ValidDevice(devices[i])) c.Fail(S("invalid device ", devices[i]));
+  if (c.ok()) CheckDevices(c, devices, count);
   if (!c.ok()) return c.Report(kMgInvalidValue);
   static_cast<MgHandle*>(handle)->devices.assign(devices, devices + count);
   return kSuccess;
@@ -841,8 +853,7 @@ int cusolverMgCreateDeviceGrid(void** grid, int32_t rows, int32_t cols, const in
   if (grid == nullptr || ids == nullptr) c.Fail("null argument");
   if (rows != 1 || mapping != 0 || cols < 1 || cols > kMaxDevices)
     c.Fail(S(rows, " x ", cols, " grid, mapping ", mapping, " (only 1 x P, COL_MAJOR)"));
-  for (int i = 0; c.ok() && i < cols; ++i)
-    if (!ValidDevice(ids[i])) c.Fail(S("invalid device ", ids[i]));
+  if (c.ok()) CheckDevices(c, ids, cols);
   if (!c.ok()) return c.Report(kMgInvalidValue);
   std::lock_guard<std::mutex> lock(mu);
   *grid = *grids->insert(new Grid{std::vector<int>(ids, ids + cols)}).first;
@@ -850,11 +861,7 @@ int cusolverMgCreateDeviceGrid(void** grid, int32_t rows, int32_t cols, const in
 }
 
 int cusolverMgDestroyGrid(void* grid) {
-  std::lock_guard<std::mutex> lock(mu);
-  if (grids->erase(grid) == 0)
-    return Violation("cusolverMgDestroyGrid", S("unknown grid ", grid)), kMgInvalidValue;
-  delete static_cast<Grid*>(grid);
-  return kSuccess;
+  return DestroyObject<Grid>(grids, grid, "cusolverMgDestroyGrid", "grid");
 }
 
 int cusolverMgCreateMatrixDesc(void** desc, int64_t rows, int64_t cols, int64_t row_block,
@@ -874,12 +881,7 @@ int cusolverMgCreateMatrixDesc(void** desc, int64_t rows, int64_t cols, int64_t 
 }
 
 int cusolverMgDestroyMatrixDesc(void* desc) {
-  std::lock_guard<std::mutex> lock(mu);
-  if (descs->erase(desc) == 0)
-    return Violation("cusolverMgDestroyMatrixDesc", S("unknown descriptor ", desc)),
-           kMgInvalidValue;
-  delete static_cast<Desc*>(desc);
-  return kSuccess;
+  return DestroyObject<Desc>(descs, desc, "cusolverMgDestroyMatrixDesc", "descriptor");
 }
 
 // potrf: A = L L^H, L into the lower triangle. potri: A holds L; inv(A) into the lower triangle.

@@ -56,6 +56,12 @@ def test_nonpositive_tile(a, T_A):
         jaxmg.potri(a, T_A)
 
 
+@pytest.mark.parametrize("relayout", ["xla", None, "NATIVE"])
+def test_unknown_relayout(a, relayout):
+    with pytest.raises(ValueError, match=f"relayout must be 'native'.* or 'jax'.*got {relayout!r}"):
+        jaxmg.potrs(a, jnp.ones(a.shape[0]), 4, relayout=relayout)
+
+
 @pytest.mark.parametrize("T_A", [2.0, True, "4"])
 def test_non_integer_tile(a, T_A):
     with pytest.raises(TypeError, match="T_A must be a positive int"):

@@ -19,6 +19,11 @@ DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
 FORMS = {"cols": P(None, "x"), "rows": P("x", None)}
 BOUND = 30.0
 
+# (relayout, T_A) with 12 columns per device: a tile that divides the shard (whole tiles move)
+# and one that does not (tiles split between devices; the native buffers get an extra tile).
+ROUTES = [("native", 4), ("native", 5), ("jax", 5)]
+ROUTE_IDS = [f"{r}-T{t}" for r, t in ROUTES]
+
 
 def hpd(n, dtype, seed=0, shift=1.0):
     rng = np.random.default_rng(seed)
@@ -59,17 +64,19 @@ def scaled(value, n, dtype):
 @pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
-def test_potrs(form, dtype, jit):
+@pytest.mark.parametrize("relayout, T_A", ROUTES, ids=ROUTE_IDS)
+def test_potrs(form, dtype, jit, relayout, T_A):
     mesh = mesh_of_all()
     n = size_for(mesh.size)
     a_host = hpd(n, dtype)
     b_host = np.random.default_rng(1).standard_normal((n, 3)).astype(dtype)
     a = put(a_host, mesh, FORMS[form])
     b = put(b_host, mesh, P())
-    if jit:
-        x, status = jax.jit(lambda a, b: jaxmg.potrs(a, b, 4, return_status=True))(a, b)
-    else:
-        x, status = jaxmg.potrs(a, b, 4, return_status=True)
+
+    def solve(a, b):
+        return jaxmg.potrs(a, b, T_A, return_status=True, relayout=relayout)
+
+    x, status = jax.jit(solve)(a, b) if jit else solve(a, b)
     assert int(status[0]) == 0
     x = np.asarray(x)
     assert x.shape == (n, 3) and x.dtype == dtype
@@ -81,11 +88,14 @@ def test_potrs(form, dtype, jit):
 
 @pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_potri(form, dtype):
+@pytest.mark.parametrize("relayout, T_A", ROUTES, ids=ROUTE_IDS)
+def test_potri(form, dtype, relayout, T_A):
     mesh = mesh_of_all()
     n = size_for(mesh.size)
     a_host = hpd(n, dtype, seed=2)
-    inv, status = jaxmg.potri(put(a_host, mesh, FORMS[form]), 4, return_status=True)
+    inv, status = jaxmg.potri(
+        put(a_host, mesh, FORMS[form]), T_A, return_status=True, relayout=relayout
+    )
     assert int(status[0]) == 0
     assert inv.sharding.spec == FORMS[form]
     x = np.asarray(inv)
@@ -99,12 +109,17 @@ def test_potri(form, dtype):
 @pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("vectors", [True, False], ids=["vectors", "values"])
-def test_syevd(form, dtype, vectors):
+@pytest.mark.parametrize("relayout, T_A", ROUTES, ids=ROUTE_IDS)
+def test_syevd(form, dtype, vectors, relayout, T_A):
     mesh = mesh_of_all()
     n = size_for(mesh.size)
     a_host = hermitian(n, dtype, seed=3)
     out = jaxmg.syevd(
-        put(a_host, mesh, FORMS[form]), 4, return_eigenvectors=vectors, return_status=True
+        put(a_host, mesh, FORMS[form]),
+        T_A,
+        return_eigenvectors=vectors,
+        return_status=True,
+        relayout=relayout,
     )
     w, status = out[0], out[-1]
     assert int(status[0]) == 0
@@ -211,9 +226,10 @@ def test_potrs_property(per_device, nrhs, data):
     valid = jaxmg.calculate_all_valid_T_A(per_device, mesh.size, per_device + 1)
     T_A = data.draw(st.sampled_from(valid))
     form = data.draw(st.sampled_from(sorted(FORMS)))
+    relayout = data.draw(st.sampled_from(["native", "jax"]))
     a_host = hpd(n, np.float64, seed=n)
     b_host = np.random.default_rng(nrhs).standard_normal((n, nrhs))
-    x = jaxmg.potrs(put(a_host, mesh, FORMS[form]), jnp.asarray(b_host), T_A)
+    x = jaxmg.potrs(put(a_host, mesh, FORMS[form]), jnp.asarray(b_host), T_A, relayout=relayout)
     r = np.linalg.norm(a_host @ np.asarray(x) - b_host) / (
         np.linalg.norm(a_host, 1) * np.linalg.norm(np.asarray(x)) * n * eps(np.float64)
     )

@@ -28,6 +28,7 @@ import pytest
 from test_native import from_cyclic, hermitian_pd, to_cyclic
 
 import jaxmg_cuda
+import jaxmg_layout
 
 HERE = Path(__file__).parent / "fake_cuda"
 DTYPES = ["float32", "float64", "complex64", "complex128"]
@@ -60,16 +61,43 @@ def emulator(tmp_path_factory, once_per_suite):
 # --- cases --------------------------------------------------------------------------------
 
 
+def block_buffers(A, moves):
+    """Each device's [W, N] buffer of the in-place relayout: its columns of A at its offset."""
+    n, ndev = A.shape[0], len(moves.offsets)
+    s = n // ndev
+    out = np.zeros((ndev, moves.width, n), A.dtype)
+    for d, offset in enumerate(moves.offsets):
+        out[d, offset : offset + s] = A[:, d * s : (d + 1) * s].T
+    return out
+
+
 def make_case(
-    op, dtype, n, tile, device_ids, *, nrhs=3, vectors=True, aliased=True, seed=0, spd=True
+    op,
+    dtype,
+    n,
+    tile,
+    device_ids,
+    *,
+    nrhs=3,
+    vectors=True,
+    aliased=True,
+    seed=0,
+    spd=True,
+    in_place=False,
 ):
     """One call: its keyword arguments for run_cuda_on_host and what the test needs to check
-    the result."""
+    the result. ``in_place``: the buffers hold the block layout and the leader relayouts them
+    (``jaxmg_layout.in_place_moves``)."""
     ndev = len(device_ids)
     A = hermitian_pd(n, dtype, seed)
     if not spd:
         A[n // 2, n // 2] = -1.0
-    blocks = to_cyclic(A, ndev, tile).reshape(ndev, -1, n)
+    moves = None
+    if in_place:
+        moves = jaxmg_layout.in_place_moves(jaxmg_layout.CyclicPlan.make(n, ndev, tile))
+        blocks = block_buffers(A, moves)
+    else:
+        blocks = to_cyclic(A, ndev, tile).reshape(ndev, -1, n)
     rng = np.random.default_rng(seed + 1)
     b = rng.standard_normal((n, nrhs)).astype(dtype)
     kwargs = dict(
@@ -89,16 +117,28 @@ def make_case(
         job=0,
         pids=[],
     )
-    return kwargs, {"A": A, "b": b}
+    if moves is not None:
+        kwargs.update(
+            to_cyclic=moves.to_cyclic.reshape(-1).tolist(),
+            from_cyclic=moves.from_cyclic.reshape(-1).tolist(),
+        )
+    return kwargs, {"A": A, "b": b, "moves": moves}
 
 
-def unpack(kwargs, result):
-    """The per-position outputs as global numpy arrays."""
+def unpack(kwargs, result, moves=None):
+    """The per-position outputs as global numpy arrays. After an in-place relayout potri and
+    syevd return the block layout; potrs leaves its factor in the block-cyclic one."""
     dtype = np.dtype(kwargs["dtype"])
     n, ndev = kwargs["n"], len(kwargs["device_ids"])
     real = np.finfo(dtype).dtype
     blocks = np.stack([np.frombuffer(a, dtype).reshape(kwargs["local"], n) for a in result["a"]])
-    out = {"a": from_cyclic(blocks.reshape(-1, n), n, ndev, kwargs["tile"])}
+    if moves is not None and kwargs["op"] != "potrs":
+        s = n // ndev
+        pieces = [b[o : o + s].T for b, o in zip(blocks, moves.offsets, strict=True)]
+        out = {"a": np.concatenate(pieces, axis=1)}
+    else:
+        width = kwargs["local"]
+        out = {"a": from_cyclic(blocks.reshape(-1, n), n, ndev, kwargs["tile"], width)}
     out["x"] = [np.frombuffer(x, dtype).reshape(-1, n).T for x in result["x"]]
     out["w"] = [np.frombuffer(w, real) for w in result["w"]]
     return out
@@ -111,7 +151,7 @@ def check(kwargs, data, result):
     A, dtype, op = data["A"], np.dtype(kwargs["dtype"]), kwargs["op"]
     n = A.shape[0]
     eps = np.finfo(dtype).eps
-    got = unpack(kwargs, result)
+    got = unpack(kwargs, result, data.get("moves"))
     lower = np.tril_indices(n)
     if op == "potrs":
         L = np.linalg.cholesky(A.astype(np.complex128))
@@ -149,6 +189,16 @@ def cases_for_emulator():
     cases["potri-not-aliased"] = make_case("potri", "float32", 12, 2, [0, 1, 2], aliased=False)
     cases["syevd-values"] = make_case("syevd", "complex64", 12, 2, [0, 1], vectors=False)
     cases["syevd-padded"] = make_case("syevd", "float64", 10, 4, [0, 1])
+    # The in-place relayout by the leader (block layout in, tiles moved across GPUs): tiles
+    # that divide the shard, and tiles that do not (N=15 on 3 GPUs, s=5, T_A=2: offsets 0,1,0).
+    for op in ("potrs", "potri", "syevd"):
+        for n, tile, dtype in ((12, 2, "float64"), (15, 2, "complex64")):
+            cases[f"{op}-in-place-{n}-{dtype}"] = make_case(
+                op, dtype, n, tile, [2, 0, 1], in_place=True
+            )
+    cases["syevd-in-place-values"] = make_case(
+        "syevd", "float32", 15, 2, [0, 1, 2], vectors=False, in_place=True
+    )
     return cases
 
 

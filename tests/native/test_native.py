@@ -41,9 +41,9 @@ def to_cyclic(A, ndev, tile):
     return out
 
 
-def from_cyclic(out, n, ndev, tile):
+def from_cyclic(out, n, ndev, tile, width=None):
     s = n // ndev
-    width = -(-s // tile) * tile
+    width = width or -(-s // tile) * tile
     A = np.zeros((n, n), out.dtype)
     for col in range(n):
         k, offset = divmod(col, tile)
@@ -326,6 +326,35 @@ def test_bad_operand_reaches_every_participant(cpu_devices):
         jax.shard_map(local, mesh=mesh, in_specs=ROWS, out_specs=(ROWS, P()), check_vma=False)
     )
     with pytest.raises(Exception, match="not a multiple of T_A=2"):
+        jax.block_until_ready(fn(a))
+    assert jaxmg_cuda.open_meetings() == 0
+
+
+@pytest.mark.parametrize(
+    "moves, message",
+    [
+        ([[3, 0, 2]], "move 0 \\(3, 0, 2\\) is not a column range of one block of L=4"),
+        ([[0, 1, 2]], "to a disjoint one"),  # overlaps its own source
+        ([[0, 2, 0]], "is not a column range"),  # empty
+        ([[0, 1]], "to_cyclic must be \\(source, destination, width\\) triples"),  # Python
+    ],
+)
+def test_bad_moves_reach_every_participant(cpu_devices, moves, message):
+    """Relayout moves the native executor must not run are refused by name, on every device."""
+    ndev = len(cpu_devices)
+    mesh = jax.make_mesh((ndev,), ("x",), devices=cpu_devices)
+    a = jax.device_put(np.eye(4 * ndev, dtype=np.float64), NamedSharding(mesh, ROWS))
+    flat = np.asarray(moves, np.int64).reshape(-1)
+
+    def local(a):
+        return jaxmg_cuda.mg_potri(
+            a, jax.lax.axis_index("x"), T_A=2, device_ids=list(range(ndev)), moves=(flat, None)
+        )
+
+    fn = jax.jit(
+        jax.shard_map(local, mesh=mesh, in_specs=ROWS, out_specs=(ROWS, P()), check_vma=False)
+    )
+    with pytest.raises(Exception, match=message):
         jax.block_until_ready(fn(a))
     assert jaxmg_cuda.open_meetings() == 0
 

@@ -345,26 +345,29 @@ ffi::Error PotrsCpu(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Buffer<ffi::S32> po
                     ffi::Result<ffi::AnyBuffer> a_out, ffi::Result<ffi::AnyBuffer> x,
                     ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t tile,
                     ffi::Span<const int64_t> device_ids, int64_t call_id, int64_t job,
-                    ffi::Span<const int64_t> pids) {
+                    ffi::Span<const int64_t> pids, ffi::Span<const int64_t> to_cyclic,
+                    ffi::Span<const int64_t> from_cyclic) {
   Operands o = PotrsOperands(a, b, position, a_out, x, status, tile, device_ids, call_id);
-  return Run(WithJob(o, job, pids));
+  return Run(WithJob(o, job, pids, to_cyclic, from_cyclic));
 }
 
 ffi::Error PotriCpu(ffi::AnyBuffer a, ffi::Buffer<ffi::S32> position,
                     ffi::Result<ffi::AnyBuffer> a_out, ffi::Result<ffi::Buffer<ffi::S32>> status,
                     int64_t tile, ffi::Span<const int64_t> device_ids, int64_t call_id,
-                    int64_t job, ffi::Span<const int64_t> pids) {
+                    int64_t job, ffi::Span<const int64_t> pids,
+                    ffi::Span<const int64_t> to_cyclic, ffi::Span<const int64_t> from_cyclic) {
   Operands o = PotriOperands(a, position, a_out, status, tile, device_ids, call_id);
-  return Run(WithJob(o, job, pids));
+  return Run(WithJob(o, job, pids, to_cyclic, from_cyclic));
 }
 
 ffi::Error SyevdCpu(ffi::AnyBuffer a, ffi::Buffer<ffi::S32> position,
                     ffi::Result<ffi::AnyBuffer> v, ffi::Result<ffi::AnyBuffer> w,
                     ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t tile,
                     ffi::Span<const int64_t> device_ids, int64_t call_id, bool vectors,
-                    int64_t job, ffi::Span<const int64_t> pids) {
+                    int64_t job, ffi::Span<const int64_t> pids,
+                    ffi::Span<const int64_t> to_cyclic, ffi::Span<const int64_t> from_cyclic) {
   Operands o = SyevdOperands(a, position, v, w, status, tile, device_ids, call_id, vectors);
-  return Run(WithJob(o, job, pids));
+  return Run(WithJob(o, job, pids, to_cyclic, from_cyclic));
 }
 
 // A diagnostic target: all participants meet; out = [participants, distinct threads seen].
@@ -405,7 +408,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgPotrsCpu, jaxmg::PotrsCpu,
                                   .Attr<xla::ffi::Span<const int64_t>>("device_ids")
                                   .Attr<int64_t>("call_id")
                                   .Attr<int64_t>("job")                    // 0: one process
-                                  .Attr<xla::ffi::Span<const int64_t>>("pids"));
+                                  .Attr<xla::ffi::Span<const int64_t>>("pids")
+                                  .Attr<xla::ffi::Span<const int64_t>>("to_cyclic")
+                                  .Attr<xla::ffi::Span<const int64_t>>("from_cyclic"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgPotriCpu, jaxmg::PotriCpu,
                               xla::ffi::Ffi::Bind()
@@ -417,7 +422,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgPotriCpu, jaxmg::PotriCpu,
                                   .Attr<xla::ffi::Span<const int64_t>>("device_ids")
                                   .Attr<int64_t>("call_id")
                                   .Attr<int64_t>("job")                    // 0: one process
-                                  .Attr<xla::ffi::Span<const int64_t>>("pids"));
+                                  .Attr<xla::ffi::Span<const int64_t>>("pids")
+                                  .Attr<xla::ffi::Span<const int64_t>>("to_cyclic")
+                                  .Attr<xla::ffi::Span<const int64_t>>("from_cyclic"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgSyevdCpu, jaxmg::SyevdCpu,
                               xla::ffi::Ffi::Bind()
@@ -431,7 +438,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgSyevdCpu, jaxmg::SyevdCpu,
                                   .Attr<int64_t>("call_id")
                                   .Attr<bool>("vectors")
                                   .Attr<int64_t>("job")                    // 0: one process
-                                  .Attr<xla::ffi::Span<const int64_t>>("pids"));
+                                  .Attr<xla::ffi::Span<const int64_t>>("pids")
+                                  .Attr<xla::ffi::Span<const int64_t>>("to_cyclic")
+                                  .Attr<xla::ffi::Span<const int64_t>>("from_cyclic"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgProbeCpu, jaxmg::ProbeCpu,
                               xla::ffi::Ffi::Bind()

@@ -837,6 +837,8 @@ void RunPositionOnHost(const Api* api, const HostCall& c, ffi::DataType type, Dt
   }
   o.job = c.job;
   o.pids = ffi::Span<const int64_t>(c.pids);
+  o.to_cyclic = ffi::Span<const int64_t>(c.to_cyclic);
+  o.from_cyclic = ffi::Span<const int64_t>(c.from_cyclic);
 
   CudaDevice device(api, "", staged.stream(), ordinal,
                     [&staged](size_t bytes) { return staged.Scratch(bytes); });
@@ -905,18 +907,20 @@ ffi::Error PotrsCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator
                      ffi::Result<ffi::AnyBuffer> a_out, ffi::Result<ffi::AnyBuffer> x,
                      ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t tile,
                      ffi::Span<const int64_t> device_ids, int64_t call_id, int64_t job,
-                     ffi::Span<const int64_t> pids) {
+                     ffi::Span<const int64_t> pids, ffi::Span<const int64_t> to_cyclic,
+                     ffi::Span<const int64_t> from_cyclic) {
   Operands o = PotrsOperands(a, b, position, a_out, x, status, tile, device_ids, call_id);
-  return RunCuda(WithJob(o, job, pids), stream, ordinal, scratch);
+  return RunCuda(WithJob(o, job, pids, to_cyclic, from_cyclic), stream, ordinal, scratch);
 }
 
 ffi::Error PotriCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator scratch,
                      ffi::AnyBuffer a, ffi::Buffer<ffi::S32> position,
                      ffi::Result<ffi::AnyBuffer> a_out, ffi::Result<ffi::Buffer<ffi::S32>> status,
                      int64_t tile, ffi::Span<const int64_t> device_ids, int64_t call_id,
-                     int64_t job, ffi::Span<const int64_t> pids) {
+                     int64_t job, ffi::Span<const int64_t> pids,
+                    ffi::Span<const int64_t> to_cyclic, ffi::Span<const int64_t> from_cyclic) {
   Operands o = PotriOperands(a, position, a_out, status, tile, device_ids, call_id);
-  return RunCuda(WithJob(o, job, pids), stream, ordinal, scratch);
+  return RunCuda(WithJob(o, job, pids, to_cyclic, from_cyclic), stream, ordinal, scratch);
 }
 
 ffi::Error SyevdCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator scratch,
@@ -924,9 +928,10 @@ ffi::Error SyevdCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator
                      ffi::Result<ffi::AnyBuffer> v, ffi::Result<ffi::AnyBuffer> w,
                      ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t tile,
                      ffi::Span<const int64_t> device_ids, int64_t call_id, bool vectors,
-                     int64_t job, ffi::Span<const int64_t> pids) {
+                     int64_t job, ffi::Span<const int64_t> pids,
+                    ffi::Span<const int64_t> to_cyclic, ffi::Span<const int64_t> from_cyclic) {
   Operands o = SyevdOperands(a, position, v, w, status, tile, device_ids, call_id, vectors);
-  return RunCuda(WithJob(o, job, pids), stream, ordinal, scratch);
+  return RunCuda(WithJob(o, job, pids, to_cyclic, from_cyclic), stream, ordinal, scratch);
 }
 
 }  // namespace jaxmg
@@ -949,7 +954,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgPotrsCuda, jaxmg::PotrsCuda,
                                   .Attr<ffi::Span<const int64_t>>("device_ids")
                                   .Attr<int64_t>("call_id")
                                   .Attr<int64_t>("job")
-                                  .Attr<ffi::Span<const int64_t>>("pids"));
+                                  .Attr<ffi::Span<const int64_t>>("pids")
+                                  .Attr<ffi::Span<const int64_t>>("to_cyclic")
+                                  .Attr<ffi::Span<const int64_t>>("from_cyclic"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgPotriCuda, jaxmg::PotriCuda,
                               ffi::Ffi::Bind()
@@ -964,7 +971,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgPotriCuda, jaxmg::PotriCuda,
                                   .Attr<ffi::Span<const int64_t>>("device_ids")
                                   .Attr<int64_t>("call_id")
                                   .Attr<int64_t>("job")
-                                  .Attr<ffi::Span<const int64_t>>("pids"));
+                                  .Attr<ffi::Span<const int64_t>>("pids")
+                                  .Attr<ffi::Span<const int64_t>>("to_cyclic")
+                                  .Attr<ffi::Span<const int64_t>>("from_cyclic"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgSyevdCuda, jaxmg::SyevdCuda,
                               ffi::Ffi::Bind()
@@ -981,4 +990,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgSyevdCuda, jaxmg::SyevdCuda,
                                   .Attr<int64_t>("call_id")
                                   .Attr<bool>("vectors")
                                   .Attr<int64_t>("job")
-                                  .Attr<ffi::Span<const int64_t>>("pids"));
+                                  .Attr<ffi::Span<const int64_t>>("pids")
+                                  .Attr<ffi::Span<const int64_t>>("to_cyclic")
+                                  .Attr<ffi::Span<const int64_t>>("from_cyclic"));

@@ -37,6 +37,7 @@ struct HostCall {
   int64_t call_id = 0;
   int64_t job = 0;                   // != 0: the multi-process protocol (with pids)
   std::vector<int64_t> pids;
+  std::vector<int64_t> to_cyclic, from_cyclic;  // in-place relayout moves (protocol.h)
 };
 struct HostResult {
   std::vector<std::string> a, x, w;  // per position run: factor/inverse/vectors, x, eigenvalues

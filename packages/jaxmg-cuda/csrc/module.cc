@@ -93,7 +93,8 @@ PYBIND11_MODULE(_jaxmg_cuda, m) {
          int64_t tile, bool vectors, bool aliased, std::vector<int64_t> device_ids,
          std::vector<int> positions, const std::vector<py::bytes>& a,
          const std::vector<py::bytes>& b, int64_t call_id, int64_t job,
-         std::vector<int64_t> pids) {
+         std::vector<int64_t> pids, std::vector<int64_t> to_cyclic,
+         std::vector<int64_t> from_cyclic) {
         jaxmg::HostCall call;
         call.op = op;
         call.dtype = dtype;
@@ -110,6 +111,8 @@ PYBIND11_MODULE(_jaxmg_cuda, m) {
         call.call_id = call_id;
         call.job = job;
         call.pids = std::move(pids);
+        call.to_cyclic = std::move(to_cyclic);
+        call.from_cyclic = std::move(from_cyclic);
         jaxmg::HostResult result;
         std::string error;
         bool staged;
@@ -134,7 +137,8 @@ PYBIND11_MODULE(_jaxmg_cuda, m) {
       py::arg("op"), py::arg("dtype"), py::arg("n"), py::arg("local"), py::arg("nrhs"),
       py::arg("tile"), py::arg("vectors"), py::arg("aliased"), py::arg("device_ids"),
       py::arg("positions"), py::arg("a"), py::arg("b"), py::arg("call_id"), py::arg("job"),
-      py::arg("pids"),
+      py::arg("pids"), py::arg("to_cyclic") = std::vector<int64_t>{},
+      py::arg("from_cyclic") = std::vector<int64_t>{},
       "Test hook: one call of the CUDA path outside XLA on host bytes (cuda_targets.h, "
       "RunCudaOnHost); a dict of per-position outputs and errors.");
 #endif

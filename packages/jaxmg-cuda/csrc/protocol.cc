@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -23,6 +24,36 @@ const char* OpName(Op op) {
     case Op::kSyevd: return "syevd";
   }
   return "?";
+}
+
+// The in-place relayout's moves (protocol.h): whole triples, positive widths, every range
+// on one position or inside the staging buffer, no move onto its own source. Sets p->staging.
+std::string CheckMoves(const char* target, const char* name, ffi::Span<const int64_t> moves,
+                       Problem* p) {
+  std::ostringstream err;
+  err << target << ": " << name << ": ";
+  if (moves.size() % 3 != 0) {
+    err << "expected (source, destination, width) triples, got " << moves.size() << " values";
+    return err.str();
+  }
+  const int64_t ends = p->ndev * p->local;  // staging starts here
+  for (size_t m = 0; m < moves.size(); m += 3) {
+    const int64_t src = moves[m], dst = moves[m + 1], width = moves[m + 2];
+    auto inside = [&](int64_t at) {
+      if (at >= ends) {
+        p->staging = std::max(p->staging, at - ends + width);
+        return p->staging <= ends;  // never more staging than the whole matrix
+      }
+      return at >= 0 && at / p->local == (at + width - 1) / p->local;
+    };
+    if (width < 1 || !inside(src) || !inside(dst) || (src < dst + width && dst < src + width)) {
+      err << "move " << m / 3 << " (" << src << ", " << dst << ", " << width
+          << ") is not a column range of one block of L=" << p->local << " (positions [0, "
+          << ends << ")) or of the staging buffer to a disjoint one";
+      return err.str();
+    }
+  }
+  return "";
 }
 
 // The "dispatch" checks: every shape and dtype, before anything is touched. Returns "" when
@@ -52,6 +83,10 @@ std::string CheckOperands(const Operands& o, int32_t position, int max_participa
     }
     p->nrhs = b[0];
   }
+  for (auto [name, moves] : {std::pair{"to_cyclic", o.to_cyclic}, {"from_cyclic", o.from_cyclic}}) {
+    error = CheckMoves(o.target, name, moves, p);
+    if (!error.empty()) return error;
+  }
   if (o.op == Op::kSyevd) {
     if (o.w_dims.size() != 1 || o.w_dims[0] != p->n || o.w_type != RealTypeOf(p->dtype)) {
       err << "w must be [N=" << p->n << "] of A's real dtype";
@@ -65,8 +100,16 @@ std::string CheckOperands(const Operands& o, int32_t position, int max_participa
 std::string Signature(const Problem& p) {
   std::ostringstream s;
   s << "N=" << p.n << " T_A=" << p.tile << " L=" << p.local << " nrhs=" << p.nrhs
-    << " dtype=" << static_cast<int>(p.dtype);
+    << " dtype=" << static_cast<int>(p.dtype) << " staging=" << p.staging;
   return s.str();
+}
+
+// Bytes of workspace to allocate at `position`: the library's, and on position 0 at least
+// the relayout's staging buffer (used only before and after the library runs).
+int64_t AllocationBytes(const Problem& p, size_t position, const std::vector<int64_t>& library) {
+  const int64_t staging =
+      position == 0 ? p.staging * p.n * static_cast<int64_t>(ElementSize(p.dtype)) : 0;
+  return std::max(library[position], staging);
 }
 
 // Bytes of b / x (potrs; 0 for the other targets).
@@ -96,9 +139,12 @@ MgCall MakeCall(const Operands& o, const Problem& p, const std::vector<Slot>& sl
   return call;
 }
 
-// NaN (all bits set) over this position's real tiles of `data`; padding is left alone.
-Outcome FillTiles(Device& dev, const Problem& p, void* data) {
+// NaN (all bits set) over this position's real tiles of `data`; padding is left alone. After
+// an in-place relayout (`whole`) the real columns are where the caller's block put them: the
+// whole buffer is filled.
+Outcome FillTiles(Device& dev, const Problem& p, void* data, bool whole) {
   const size_t esize = ElementSize(p.dtype);
+  if (whole) return dev.FillBytes(data, 0xFF, static_cast<size_t>(p.local * p.n) * esize);
   Outcome result;
   ForEachTile(p.n, p.tile, p.ndev, p.position, [&](int64_t, int64_t local, int64_t width) {
     if (!result.ok) return;
@@ -122,7 +168,7 @@ Outcome WriteOutputs(const Operands& o, const Problem& p, Device& dev, int32_t i
       Outcome r = dev.FillBytes(o.x_out, 0xFF, RhsBytes(o, p));
       if (!r.ok) return r;
     } else {
-      Outcome r = FillTiles(dev, p, o.a_out);
+      Outcome r = FillTiles(dev, p, o.a_out, o.to_cyclic.size() != 0);
       if (!r.ok) return r;
     }
   }
@@ -170,6 +216,33 @@ Outcome SameSignatures(const char* target, const std::vector<Slot>& slots) {
   return {};
 }
 
+// The leader moves column ranges between every position's block (and the staging buffer at
+// the start of position 0's workspace), then waits for the copies to land.
+Outcome ApplyMoves(ffi::Span<const int64_t> moves, const Problem& p, Backend& backend,
+                   const MgCall& call) {
+  if (moves.size() == 0) return {};
+  const size_t column = static_cast<size_t>(p.n) * ElementSize(p.dtype);
+  const int64_t ends = p.ndev * p.local;
+  auto at = [&](int64_t position, int* device) -> char* {
+    if (position >= ends) {
+      *device = call.devices[0];
+      return static_cast<char*>(call.work[0]) + static_cast<size_t>(position - ends) * column;
+    }
+    const int64_t q = position / p.local;
+    *device = call.devices[q];
+    return static_cast<char*>(call.a[q]) + static_cast<size_t>(position % p.local) * column;
+  };
+  for (size_t m = 0; m < moves.size(); m += 3) {
+    int src_device = -1, dst_device = -1;
+    const char* src = at(moves[m], &src_device);
+    char* dst = at(moves[m + 1], &dst_device);
+    Outcome r = backend.CopyAcross(dst_device, dst, src_device, src,
+                                   static_cast<size_t>(moves[m + 2]) * column);
+    if (!r.ok) return r;
+  }
+  return backend.SynchronizeAll(call.devices);
+}
+
 // The leader's library call for everybody, then x from position 0 to the others (potrs).
 Outcome RunLibrary(const Operands& o, const Problem& p, Backend& backend, MgCall& call,
                    std::vector<unsigned char>* w_host, int32_t* info_out) {
@@ -178,9 +251,14 @@ Outcome RunLibrary(const Operands& o, const Problem& p, Backend& backend, MgCall
     call.w = w_host->data();
   }
   int info = 0;
+  if (Outcome r = ApplyMoves(o.to_cyclic, p, backend, call); !r.ok) return r;
   Outcome run = backend.Run(call, &info);
   if (!run.ok) return run;
   *info_out = info;
+  const bool returns_a = o.op == Op::kPotri || (o.op == Op::kSyevd && o.vectors);
+  if (returns_a && info == 0) {
+    if (Outcome r = ApplyMoves(o.from_cyclic, p, backend, call); !r.ok) return r;
+  }
   if (o.op == Op::kPotrs && info == 0) {
     const size_t x_bytes = RhsBytes(o, p);
     for (size_t d = 1; d < call.b.size(); ++d) {
@@ -315,8 +393,9 @@ ffi::Error LeadAcrossProcesses(const Operands& o, const Problem& p, Device& dev,
     Outcome r = backend.WorkspaceBytes(mg, &bytes);
     // Every position's workspace is allocated by this process, on that position's device.
     for (size_t d = 0; r.ok && d < bytes.size(); ++d) {
-      if (bytes[d] <= 0) continue;
-      const size_t size = static_cast<size_t>(bytes[d]);
+      const int64_t allocate = AllocationBytes(p, d, bytes);
+      if (allocate <= 0) continue;
+      const size_t size = static_cast<size_t>(allocate);
       if (d == 0) {
         r = dev.Allocate(size, &mg.work[d]);
       } else {
@@ -478,7 +557,7 @@ ffi::Error Participate(const Operands& o, Device& dev, Backend& backend, int max
 
   // 3. This position's workspace, allocated on this participant's own thread and device.
   Outcome mine;
-  const int64_t bytes = meeting->workspace_bytes[position];
+  const int64_t bytes = AllocationBytes(p, position, meeting->workspace_bytes);
   if (bytes > 0) {
     mine = dev.Allocate(static_cast<size_t>(bytes), &slot.workspace);
     if (mine.ok) {

@@ -40,11 +40,22 @@ struct Operands {
   // position. See crossprocess.h.
   int64_t job = 0;                    // attr job
   ffi::Span<const int64_t> pids;      // attr pids
+  // In-place relayout (jaxmg_layout.in_place_moves): flattened (source, destination, width)
+  // column-range moves over positions `d * L + j` (local column j of mesh position d; from
+  // `ndev * L` on: a staging buffer in position 0's workspace). Empty: `a` is already in the
+  // block-cyclic layout. The leader runs `to_cyclic` before the library and `from_cyclic`
+  // after it, on the result potri and syevd (vectors) return; potrs leaves its factor cyclic.
+  ffi::Span<const int64_t> to_cyclic;    // attr to_cyclic
+  ffi::Span<const int64_t> from_cyclic;  // attr from_cyclic
 };
 
-inline Operands WithJob(Operands o, int64_t job, ffi::Span<const int64_t> pids) {
+inline Operands WithJob(Operands o, int64_t job, ffi::Span<const int64_t> pids,
+                        ffi::Span<const int64_t> to_cyclic,
+                        ffi::Span<const int64_t> from_cyclic) {
   o.job = job;
   o.pids = pids;
+  o.to_cyclic = to_cyclic;
+  o.from_cyclic = from_cyclic;
   return o;
 }
 

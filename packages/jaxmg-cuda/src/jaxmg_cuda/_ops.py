@@ -62,17 +62,27 @@ def open_meetings() -> int:
     return int(_jaxmg_cuda.open_meetings())
 
 
-def _attrs(T_A, device_ids, job, pids):
+def _moves(moves, name):
+    flat = np.zeros(0, np.int64) if moves is None else np.asarray(moves, np.int64).reshape(-1)
+    if flat.size % 3:
+        raise ValueError(f"{name} must be (source, destination, width) triples, got {flat.size}")
+    return flat
+
+
+def _attrs(T_A, device_ids, job, pids, moves):
     ids = np.asarray(device_ids, dtype=np.int64).reshape(-1)
     pids = np.zeros_like(ids) if pids is None else np.asarray(pids, dtype=np.int64).reshape(-1)
     if job and pids.shape != ids.shape:
         raise ValueError(f"pids must name the process of each of the {ids.size} mesh positions")
+    to_cyclic, from_cyclic = (None, None) if moves is None else moves
     return dict(
         T_A=np.int64(T_A),
         device_ids=ids,
         call_id=np.int64(next(_call_ids)),
         job=np.int64(job),
         pids=pids,
+        to_cyclic=_moves(to_cyclic, "to_cyclic"),
+        from_cyclic=_moves(from_cyclic, "from_cyclic"),
     )
 
 
@@ -97,7 +107,7 @@ def _like(x):
     return jax.ShapeDtypeStruct(x.shape, x.dtype)
 
 
-def mg_potrs(a, b, position, *, T_A, device_ids, job=0, pids=None):
+def mg_potrs(a, b, position, *, T_A, device_ids, job=0, pids=None, moves=None):
     """Cholesky solve on local block-cyclic shards; returns ``(factor, x, status)``.
 
     ``a``: ``[L, N]`` local shard (column-major ``N x L``, tile ``T_A``); ``b``: ``[nrhs, N]``,
@@ -108,6 +118,12 @@ def mg_potrs(a, b, position, *, T_A, device_ids, job=0, pids=None):
     NOT YET RUN ON GPU HARDWARE): ``job`` is a nonzero token every process of the job agreed
     on, ``pids`` the process id of each mesh position.
     The default ``job=0`` means every participant runs in this process.
+
+    In-place relayout: with ``moves = (to_cyclic, from_cyclic)`` (e.g. the two tables of
+    ``jaxmg_layout.in_place_moves``: ``[m, 3]`` column-range moves) ``a`` is in the caller's
+    block layout instead; the leader permutes it to the block-cyclic layout, in place,
+    before the library runs. potrs leaves its factor in the block-cyclic layout; potri and
+    syevd bring their result back with ``from_cyclic``.
     """
     call = jax.ffi.ffi_call(
         "jaxmg_potrs",
@@ -115,26 +131,26 @@ def mg_potrs(a, b, position, *, T_A, device_ids, job=0, pids=None):
         input_output_aliases={0: 0, 1: 1},
         vmap_method="sequential",
     )
-    return call(a, b, jnp.asarray(position, jnp.int32), **_attrs(T_A, device_ids, job, pids))
+    return call(a, b, jnp.asarray(position, jnp.int32), **_attrs(T_A, device_ids, job, pids, moves))
 
 
-def mg_potri(a, position, *, T_A, device_ids, job=0, pids=None):
+def mg_potri(a, position, *, T_A, device_ids, job=0, pids=None, moves=None):
     """Inverse from the Cholesky factor; returns ``(a_inv, status)``: the lower triangle of
     the inverse in the same layout (upper triangle unspecified), NaN where ``status != 0``.
-    ``job``, ``pids``: as for :func:`mg_potrs`."""
+    ``job``, ``pids``, ``moves``: as for :func:`mg_potrs`."""
     call = jax.ffi.ffi_call(
         "jaxmg_potri",
         (_like(a), _status()),
         input_output_aliases={0: 0},
         vmap_method="sequential",
     )
-    return call(a, jnp.asarray(position, jnp.int32), **_attrs(T_A, device_ids, job, pids))
+    return call(a, jnp.asarray(position, jnp.int32), **_attrs(T_A, device_ids, job, pids, moves))
 
 
-def mg_syevd(a, position, *, T_A, device_ids, vectors=True, job=0, pids=None):
+def mg_syevd(a, position, *, T_A, device_ids, vectors=True, job=0, pids=None, moves=None):
     """Hermitian eigensolver; returns ``(v, w, status)``: eigenvectors overwrite the shard
     (unspecified when ``vectors=False``), ``w`` the ascending eigenvalues on every device.
-    ``job``, ``pids``: as for :func:`mg_potrs`."""
+    ``job``, ``pids``, ``moves``: as for :func:`mg_potrs`."""
     real = jnp.finfo(a.dtype).dtype
     call = jax.ffi.ffi_call(
         "jaxmg_syevd",
@@ -146,5 +162,5 @@ def mg_syevd(a, position, *, T_A, device_ids, vectors=True, job=0, pids=None):
         a,
         jnp.asarray(position, jnp.int32),
         vectors=bool(vectors),
-        **_attrs(T_A, device_ids, job, pids),
+        **_attrs(T_A, device_ids, job, pids, moves),
     )

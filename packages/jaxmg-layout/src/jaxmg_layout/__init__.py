@@ -1,11 +1,14 @@
 """jaxmg-layout: the 1D block-cyclic column layout that cuSolverMg needs, for sharded arrays.
 
 Pure JAX and numpy: tile-size validation and padding (``calculate_*``), the layout plan of
-one call (:class:`CyclicPlan`), the relayout between JAX's block sharding and the
+one call (:class:`CyclicPlan`), the same relayout as in-place column moves for a native
+executor (:func:`in_place_moves`), the relayout between JAX's block sharding and the
 block-cyclic layout (``cyclic_1d_layout`` on global arrays, ``cyclic_1d_no_shardmap`` on
 local shards inside ``shard_map``), and a picture of it (``plot_layout``, needs matplotlib).
 """
 
+from ._moves import InPlaceMoves as InPlaceMoves
+from ._moves import in_place_moves as in_place_moves
 from ._plan import (
     CyclicPlan as CyclicPlan,
 )

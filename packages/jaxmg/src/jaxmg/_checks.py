@@ -16,6 +16,19 @@ _DTYPE_NAMES = ", ".join(d.name for d in SUPPORTED_DTYPES)
 SYEVD_MAX_TILE = 1024
 
 
+RELAYOUTS = ("native", "jax")
+
+
+def relayout(value, fn: str) -> str:
+    """The relayout strategy, or a ValueError naming the accepted ones."""
+    if not isinstance(value, str) or value not in RELAYOUTS:
+        raise ValueError(
+            f"{fn}: relayout must be 'native' (in place, inside the solver call) or 'jax' "
+            f"(JAX collectives), got {value!r}."
+        )
+    return value
+
+
 def matrix_dtype(a, fn: str, argname: str = "A") -> np.dtype:
     """The dtype of a 2-D matrix argument, or a TypeError/ValueError saying what is accepted."""
     shape = getattr(a, "shape", None)

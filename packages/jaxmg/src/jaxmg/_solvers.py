@@ -35,24 +35,65 @@ from ._native import backend_for
 # --- local (per-device) building blocks, used inside shard_map ------------------------------
 
 
-def _to_native(a, T_A, geometry, cyclic):
-    """Local block of A -> the block-cyclic ``[L, N]`` array the native target reads.
+class _Route:
+    """How one local block reaches the native target (step 2) and how its result comes back.
 
-    The relayout runs in the caller's form and a column block is transposed last: on XLA:CPU a
-    transpose fused into the relayout's slices reads with a stride, which costs more than the
-    slices themselves.
+    ``relayout="native"``: the block goes to the target as it is (column blocks transposed,
+    placed in a buffer of the width :func:`jaxmg_layout.in_place_moves` asks for), and the
+    target's leader moves the columns to the block-cyclic layout in place and back: no second
+    copy of ``A``. ``relayout="jax"``: the relayout runs here, as JAX collectives
+    (:func:`jaxmg_layout.cyclic_1d_no_shardmap`). ``cyclic``: the block is already cyclic.
     """
-    if not cyclic:
-        a = jaxmg_layout.cyclic_1d_no_shardmap(a, T_A, geometry.axis, axis=geometry.sharded_dim)
-    return a.T if geometry.form == "cols" else a
 
+    def __init__(self, T_A, n, geometry, cyclic, relayout):
+        self.T_A, self.n, self.geometry, self.cyclic = T_A, n, geometry, cyclic
+        self.plan = jaxmg_layout.CyclicPlan.make(n, geometry.ndev, T_A)
+        in_place = relayout == "native" and not cyclic and self.plan.needs_relayout
+        self.moves = jaxmg_layout.in_place_moves(self.plan) if in_place else None
 
-def _from_native(z_rows, T_A, n, geometry):
-    """A native ``[L, N]`` result -> the block layout and form of the caller's A."""
-    z = z_rows.T if geometry.form == "cols" else z_rows
-    return jaxmg_layout.undo_cyclic_1d_no_shardmap(
-        z, T_A, n, geometry.axis, axis=geometry.sharded_dim
-    )
+    @property
+    def native_moves(self):
+        """The ``moves`` argument of the native wrappers."""
+        return None if self.moves is None else (self.moves.to_cyclic, self.moves.from_cyclic)
+
+    def _rows(self, a):
+        return a.T if self.geometry.form == "cols" else a
+
+    def _offset(self):
+        return jnp.asarray(self.moves.offsets)[jax.lax.axis_index(self.geometry.axis)]
+
+    def to_native(self, a):
+        """Local block of A -> the ``[L, N]`` (or ``[W, N]``) array the native target reads.
+
+        For the jax relayout, the relayout runs in the caller's form and a column block is
+        transposed last: on XLA:CPU a transpose fused into the relayout's slices reads with a
+        stride, which costs more than the slices themselves.
+        """
+        if self.moves is None:
+            if not self.cyclic:
+                a = jaxmg_layout.cyclic_1d_no_shardmap(
+                    a, self.T_A, self.geometry.axis, axis=self.geometry.sharded_dim
+                )
+            return self._rows(a)
+        rows = self._rows(a)
+        width, s = self.moves.width, self.plan.shard_size
+        if not self.moves.offsets.any():
+            return rows if width == s else jnp.pad(rows, ((0, width - s), (0, 0)))
+        room = jnp.zeros((width, self.n), rows.dtype)
+        return jax.lax.dynamic_update_slice(room, rows, (self._offset(), 0))
+
+    def from_native(self, z):
+        """A native result -> the block layout and form of the caller's A."""
+        if self.moves is None:
+            return jaxmg_layout.undo_cyclic_1d_no_shardmap(
+                self._rows(z), self.T_A, self.n, self.geometry.axis, axis=self.geometry.sharded_dim
+            )
+        s = self.plan.shard_size
+        if not self.moves.offsets.any():
+            z = z[:s]
+        else:
+            z = jax.lax.dynamic_slice_in_dim(z, self._offset(), s, axis=0)
+        return self._rows(z)
 
 
 def _conj_transpose_local(z, axis_name, form):
@@ -95,56 +136,57 @@ def _relayout(a, T_A, geometry):
     return jaxmg_layout.cyclic_1d_no_shardmap(a, T_A, geometry.axis, axis=geometry.sharded_dim)
 
 
-def _potrs_local(a, b, *, T_A, n, cyclic, geometry, fn):
+def _potrs_local(a, b, *, T_A, n, cyclic, relayout, geometry, fn):
     """Solve on local blocks. ``a``: local block of A; ``b``: replicated ``[N, nrhs]``."""
     native = backend_for(geometry.platform, fn)
-    layout = jaxmg_layout.CyclicPlan.make(n, geometry.ndev, T_A)
+    route = _Route(T_A, n, geometry, cyclic, relayout)
     conj = jnp.conj if geometry.form == "rows" else (lambda v: v)
     _, x_rows, status = native.mg_potrs(
-        _to_native(a, T_A, geometry, cyclic),
+        route.to_native(a),
         conj(b.T),
         jax.lax.axis_index(geometry.axis),
-        T_A=layout.tile,
+        T_A=route.plan.tile,
         device_ids=geometry.device_ids,
+        moves=route.native_moves,
         **geometry.native_job,
     )
     return conj(x_rows.T), status
 
 
-def _potri_local(a, *, T_A, n, cyclic, geometry, fn):
+def _potri_local(a, *, T_A, n, cyclic, relayout, geometry, fn):
     native = backend_for(geometry.platform, fn)
-    layout = jaxmg_layout.CyclicPlan.make(n, geometry.ndev, T_A)
+    route = _Route(T_A, n, geometry, cyclic, relayout)
     inv_rows, status = native.mg_potri(
-        _to_native(a, T_A, geometry, cyclic),
+        route.to_native(a),
         jax.lax.axis_index(geometry.axis),
-        T_A=layout.tile,
+        T_A=route.plan.tile,
         device_ids=geometry.device_ids,
+        moves=route.native_moves,
         **geometry.native_job,
     )
-    inv = _hermitian_from_triangle(
-        _from_native(inv_rows, T_A, n, geometry), geometry.axis, geometry.form
-    )
+    inv = _hermitian_from_triangle(route.from_native(inv_rows), geometry.axis, geometry.form)
     return (_relayout(inv, T_A, geometry) if cyclic else inv), status
 
 
-def _syevd_local(a, *, T_A, n, cyclic, vectors, geometry, fn):
+def _syevd_local(a, *, T_A, n, cyclic, relayout, vectors, geometry, fn):
     native = backend_for(geometry.platform, fn)
-    layout = jaxmg_layout.CyclicPlan.make(n, geometry.ndev, T_A)
+    route = _Route(T_A, n, geometry, cyclic, relayout)
     v_rows, w, status = native.mg_syevd(
-        _to_native(a, T_A, geometry, cyclic),
+        route.to_native(a),
         jax.lax.axis_index(geometry.axis),
-        T_A=layout.tile,
+        T_A=route.plan.tile,
         device_ids=geometry.device_ids,
         vectors=vectors,
+        moves=route.native_moves,
         **geometry.native_job,
     )
     if not vectors:
         return w, status
     if geometry.form == "cols":
-        return w, (v_rows.T if cyclic else _from_native(v_rows, T_A, n, geometry)), status
+        return w, (v_rows.T if cyclic else route.from_native(v_rows)), status
     # The solver saw conj(A): its eigenvector columns are conj(V), which read back by rows is
     # V^H. One conjugate transpose gives the rows of V.
-    v = _conj_transpose_local(_from_native(v_rows, T_A, n, geometry), geometry.axis, "rows")
+    v = _conj_transpose_local(route.from_native(v_rows), geometry.axis, "rows")
     return w, (_relayout(v, T_A, geometry) if cyclic else v), status
 
 
@@ -176,9 +218,14 @@ def _explicit(mesh, spec) -> bool:
     return all(types[n] == jax.sharding.AxisType.Explicit for n in (names or mesh.axis_names))
 
 
-@functools.partial(jax.jit, static_argnames=("T_A", "n", "cyclic", "geometry", "fn"))
-def _potrs_program(a, b, *, T_A, n, cyclic, geometry, fn):
-    body = functools.partial(_potrs_local, T_A=T_A, n=n, cyclic=cyclic, geometry=geometry, fn=fn)
+_STATIC = ("T_A", "n", "cyclic", "relayout", "geometry", "fn")
+
+
+@functools.partial(jax.jit, static_argnames=_STATIC)
+def _potrs_program(a, b, *, T_A, n, cyclic, relayout, geometry, fn):
+    body = functools.partial(
+        _potrs_local, T_A=T_A, n=n, cyclic=cyclic, relayout=relayout, geometry=geometry, fn=fn
+    )
     return jax.shard_map(
         body,
         mesh=geometry.mesh,
@@ -188,9 +235,11 @@ def _potrs_program(a, b, *, T_A, n, cyclic, geometry, fn):
     )(_placed(a, geometry.mesh, geometry.spec), _placed(b, geometry.mesh, P()))
 
 
-@functools.partial(jax.jit, static_argnames=("T_A", "n", "cyclic", "geometry", "fn"))
-def _potri_program(a, *, T_A, n, cyclic, geometry, fn):
-    body = functools.partial(_potri_local, T_A=T_A, n=n, cyclic=cyclic, geometry=geometry, fn=fn)
+@functools.partial(jax.jit, static_argnames=_STATIC)
+def _potri_program(a, *, T_A, n, cyclic, relayout, geometry, fn):
+    body = functools.partial(
+        _potri_local, T_A=T_A, n=n, cyclic=cyclic, relayout=relayout, geometry=geometry, fn=fn
+    )
     return jax.shard_map(
         body,
         mesh=geometry.mesh,
@@ -200,10 +249,17 @@ def _potri_program(a, *, T_A, n, cyclic, geometry, fn):
     )(_placed(a, geometry.mesh, geometry.spec))
 
 
-@functools.partial(jax.jit, static_argnames=("T_A", "n", "cyclic", "vectors", "geometry", "fn"))
-def _syevd_program(a, *, T_A, n, cyclic, vectors, geometry, fn):
+@functools.partial(jax.jit, static_argnames=(*_STATIC, "vectors"))
+def _syevd_program(a, *, T_A, n, cyclic, relayout, vectors, geometry, fn):
     body = functools.partial(
-        _syevd_local, T_A=T_A, n=n, cyclic=cyclic, vectors=vectors, geometry=geometry, fn=fn
+        _syevd_local,
+        T_A=T_A,
+        n=n,
+        cyclic=cyclic,
+        relayout=relayout,
+        vectors=vectors,
+        geometry=geometry,
+        fn=fn,
     )
     out_specs = (P(), geometry.spec, P()) if vectors else (P(), P())
     return jax.shard_map(
@@ -237,7 +293,9 @@ def _prepare(A, T_A, mesh, in_specs, cyclic_1d, fn, n_specs):
     return geometry, n, T_A, dtype
 
 
-def potrs(A, b, T_A, mesh=None, in_specs=None, cyclic_1d=False, return_status=False):
+def potrs(
+    A, b, T_A, mesh=None, in_specs=None, cyclic_1d=False, return_status=False, *, relayout="native"
+):
     """Solve ``A x = b`` for Hermitian positive definite ``A`` sharded over devices (Cholesky).
 
     Args:
@@ -253,6 +311,11 @@ def potrs(A, b, T_A, mesh=None, in_specs=None, cyclic_1d=False, return_status=Fa
       cyclic_1d: ``A`` is already in the layout of ``cyclic_1d_layout(A, T_A)``. Data that is
         not gives NaN and a nonzero status.
       return_status: also return the status.
+      relayout: how ``A`` reaches the block-cyclic layout. ``"native"`` (default): in place,
+        inside the solver call (its leader moves whole tiles between the devices' buffers):
+        no second copy of ``A``, a staging buffer of about one tile. ``"jax"``: JAX
+        collectives (``ppermute``/``all_to_all``) before the call, as the original jaxmg did:
+        temporaries of 1-3 shards per device.
 
     Returns:
       ``x`` with ``b``'s shape, replicated over the mesh; with ``return_status``, ``(x, status)``
@@ -268,20 +331,30 @@ def potrs(A, b, T_A, mesh=None, in_specs=None, cyclic_1d=False, return_status=Fa
     b_shape = _checks.rhs_shape(b, n, dtype, fn)
     b2 = b.reshape(n, -1)
     x, status = _potrs_program(
-        A, b2, T_A=T_A, n=n, cyclic=bool(cyclic_1d), geometry=geometry, fn=fn
+        A,
+        b2,
+        T_A=T_A,
+        n=n,
+        cyclic=bool(cyclic_1d),
+        relayout=_checks.relayout(relayout, fn),
+        geometry=geometry,
+        fn=fn,
     )
     x = x.reshape(b_shape)
     return (x, status) if return_status else x
 
 
-def potri(A, T_A, mesh=None, in_specs=None, cyclic_1d=False, return_status=False):
+def potri(
+    A, T_A, mesh=None, in_specs=None, cyclic_1d=False, return_status=False, *, relayout="native"
+):
     """Invert a Hermitian positive definite ``A`` sharded over devices (Cholesky).
 
     Args:
       A: ``[N, N]`` float32, float64, complex64 or complex128, sharded over one mesh axis by
         columns ``P(None, ax)`` or by rows ``P(ax, None)``; only one triangle is read (lower for
         column sharding, upper for row sharding).
-      T_A, mesh, in_specs, cyclic_1d: as for :func:`potrs` (``in_specs`` is ``(spec_A,)``).
+      T_A, mesh, in_specs, cyclic_1d, relayout: as for :func:`potrs` (``in_specs`` is
+        ``(spec_A,)``).
       return_status: also return the status.
 
     Returns:
@@ -291,7 +364,15 @@ def potri(A, T_A, mesh=None, in_specs=None, cyclic_1d=False, return_status=False
     """
     fn = "jaxmg.potri"
     geometry, n, T_A, _ = _prepare(A, T_A, mesh, in_specs, cyclic_1d, fn, n_specs=1)
-    inv, status = _potri_program(A, T_A=T_A, n=n, cyclic=bool(cyclic_1d), geometry=geometry, fn=fn)
+    inv, status = _potri_program(
+        A,
+        T_A=T_A,
+        n=n,
+        cyclic=bool(cyclic_1d),
+        relayout=_checks.relayout(relayout, fn),
+        geometry=geometry,
+        fn=fn,
+    )
     return (inv, status) if return_status else inv
 
 
@@ -303,6 +384,8 @@ def syevd(
     return_eigenvectors=True,
     cyclic_1d=False,
     return_status=False,
+    *,
+    relayout="native",
 ):
     """Eigenvalues, and optionally eigenvectors, of a Hermitian ``A`` sharded over devices.
 
@@ -310,8 +393,8 @@ def syevd(
       A: ``[N, N]`` float32, float64, complex64 or complex128, sharded over one mesh axis by
         columns ``P(None, ax)`` or by rows ``P(ax, None)``; only one triangle is read (lower for
         column sharding, upper for row sharding).
-      T_A, mesh, in_specs, cyclic_1d: as for :func:`potrs`. On GPUs cuSolverMg's syevd accepts
-        tiles up to 1024 columns.
+      T_A, mesh, in_specs, cyclic_1d, relayout: as for :func:`potrs`. On GPUs cuSolverMg's
+        syevd accepts tiles up to 1024 columns.
       return_eigenvectors: also compute the eigenvectors.
       return_status: also return the status.
 
@@ -335,6 +418,7 @@ def syevd(
         T_A=T_A,
         n=n,
         cyclic=bool(cyclic_1d),
+        relayout=_checks.relayout(relayout, fn),
         vectors=bool(return_eigenvectors),
         geometry=geometry,
         fn=fn,
@@ -370,7 +454,9 @@ def _local_size(a, geometry, T_A, cyclic_1d, fn):
     return n, T_A
 
 
-def potrs_no_shardmap(a, b, T_A, cyclic_1d=False, axis_name="x", *, sharded_by="cols"):
+def potrs_no_shardmap(
+    a, b, T_A, cyclic_1d=False, axis_name="x", *, sharded_by="cols", relayout="native"
+):
     """:func:`potrs` on local blocks, called inside the caller's ``jax.shard_map``.
 
     Args:
@@ -379,6 +465,7 @@ def potrs_no_shardmap(a, b, T_A, cyclic_1d=False, axis_name="x", *, sharded_by="
         when ``cyclic_1d``.
       b: ``[N]`` or ``[N, nrhs]``, the same on every device.
       axis_name: the mesh axis the blocks are split over.
+      relayout: as for :func:`potrs`.
 
     Returns:
       ``(x, status)``: ``x`` like ``b``, the same on every device; ``status`` int32 ``[1]`` as
@@ -389,12 +476,21 @@ def potrs_no_shardmap(a, b, T_A, cyclic_1d=False, axis_name="x", *, sharded_by="
     n, T_A = _local_size(a, geometry, T_A, cyclic_1d, fn)
     b_shape = _checks.rhs_shape(b, n, _checks.matrix_dtype(a, fn, "a"), fn)
     x, status = _potrs_local(
-        a, b.reshape(n, -1), T_A=T_A, n=n, cyclic=bool(cyclic_1d), geometry=geometry, fn=fn
+        a,
+        b.reshape(n, -1),
+        T_A=T_A,
+        n=n,
+        cyclic=bool(cyclic_1d),
+        relayout=_checks.relayout(relayout, fn),
+        geometry=geometry,
+        fn=fn,
     )
     return x.reshape(b_shape), status
 
 
-def potri_no_shardmap(a, T_A, cyclic_1d=False, axis_name="x", *, sharded_by="cols"):
+def potri_no_shardmap(
+    a, T_A, cyclic_1d=False, axis_name="x", *, sharded_by="cols", relayout="native"
+):
     """:func:`potri` on local blocks inside ``jax.shard_map``; returns ``(inverse_block, status)``.
 
     The returned block is this device's block of the full Hermitian inverse, in the same form
@@ -403,11 +499,26 @@ def potri_no_shardmap(a, T_A, cyclic_1d=False, axis_name="x", *, sharded_by="col
     fn = "jaxmg.potri_no_shardmap"
     geometry = _local_geometry(a, axis_name, sharded_by, fn)
     n, T_A = _local_size(a, geometry, T_A, cyclic_1d, fn)
-    return _potri_local(a, T_A=T_A, n=n, cyclic=bool(cyclic_1d), geometry=geometry, fn=fn)
+    return _potri_local(
+        a,
+        T_A=T_A,
+        n=n,
+        cyclic=bool(cyclic_1d),
+        relayout=_checks.relayout(relayout, fn),
+        geometry=geometry,
+        fn=fn,
+    )
 
 
 def syevd_no_shardmap(
-    a, T_A, return_eigenvectors=True, cyclic_1d=False, axis_name="x", *, sharded_by="cols"
+    a,
+    T_A,
+    return_eigenvectors=True,
+    cyclic_1d=False,
+    axis_name="x",
+    *,
+    sharded_by="cols",
+    relayout="native",
 ):
     """:func:`syevd` on local blocks inside ``jax.shard_map``.
 
@@ -422,6 +533,7 @@ def syevd_no_shardmap(
         T_A=T_A,
         n=n,
         cyclic=bool(cyclic_1d),
+        relayout=_checks.relayout(relayout, fn),
         vectors=bool(return_eigenvectors),
         geometry=geometry,
         fn=fn,

@@ -10,9 +10,14 @@ runs then ``--runs`` timed runs ending in ``block_until_ready``; the median and 
     syevd (values): 4 N^3/3                   syevd (vectors): 4 N^3
     complex dtypes: 4x the real count.
 
-Every case is checked (scaled residual < 30) so a fast wrong answer cannot pass. Memory: on GPU
-the peak bytes in use per device from the device's memory statistics; on CPU the compiled
-program's memory analysis (arguments + outputs + temporaries, per device).
+Every case is checked (scaled residual < 30) so a fast wrong answer cannot pass. Memory, for
+jaxmg and for the baseline: the compiled program's memory analysis per device (arguments +
+outputs + temporaries - aliased; the native targets' workspace is not in it); on GPU also the
+device's peak bytes in use, read after jaxmg's runs and before the baseline's (a peak over the
+process so far: run one case per process for a clean figure).
+
+``--relayouts native jax`` compares jaxmg's two ways to the block-cyclic layout: in place by
+the native leader (default) and JAX collectives.
 
 Output: one JSON line per case on stdout (and in ``--json``), a markdown table at the end (and in
 ``--markdown``), and PNG plots with ``--plots DIR``.
@@ -40,6 +45,7 @@ def parse(argv=None):
     p.add_argument("--dtypes", nargs="+", default=["float64"])
     p.add_argument("--tiles", nargs="+", type=int, default=[128])
     p.add_argument("--devices", nargs="+", type=int, default=None, help="device counts (all)")
+    p.add_argument("--relayouts", nargs="+", default=["native"], choices=("native", "jax"))
     p.add_argument("--nrhs", type=int, default=1)
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
@@ -73,7 +79,7 @@ def make_matrix(n, dtype, routine, seed=0):
     return (m @ m.conj().T / n + np.eye(n)).astype(dtype)
 
 
-def programs(routine, tile, mesh, nrhs):
+def programs(routine, tile, mesh, nrhs, relayout="native"):
     """(jaxmg program, baseline program, residual(a, out)) for one routine."""
     import jax
     import jax.numpy as jnp
@@ -86,7 +92,7 @@ def programs(routine, tile, mesh, nrhs):
         return np.finfo(a.dtype).eps * a.shape[0]
 
     if routine == "potrs":
-        mg = jax.jit(lambda a, b: jaxmg.potrs(a, b, tile))
+        mg = jax.jit(lambda a, b: jaxmg.potrs(a, b, tile, relayout=relayout))
         base = jax.jit(lambda a, b: jsl.cho_solve(jsl.cho_factor(a, lower=True), b))
 
         def check(a, b, x):
@@ -94,7 +100,7 @@ def programs(routine, tile, mesh, nrhs):
 
         return mg, base, check, True
     if routine == "potri":
-        mg = jax.jit(lambda a: jaxmg.potri(a, tile))
+        mg = jax.jit(lambda a: jaxmg.potri(a, tile, relayout=relayout))
         base = jax.jit(jnp.linalg.inv)
 
         def check(a, _, x):
@@ -104,7 +110,7 @@ def programs(routine, tile, mesh, nrhs):
 
         return mg, base, check, False
     vectors = routine == "syevd"
-    mg = jax.jit(lambda a: jaxmg.syevd(a, tile, return_eigenvectors=vectors))
+    mg = jax.jit(lambda a: jaxmg.syevd(a, tile, return_eigenvectors=vectors, relayout=relayout))
     base = jax.jit(jnp.linalg.eigh if vectors else jnp.linalg.eigvalsh)
 
     def check(a, _, out):
@@ -115,22 +121,31 @@ def programs(routine, tile, mesh, nrhs):
     return mg, base, check, False
 
 
-def memory(fn, args, devices):
-    """Peak bytes per device: device statistics on GPU, compiled memory analysis on CPU."""
-    if devices[0].platform == "gpu":
+def memory(fn, args, devices, prefix=""):
+    """Bytes per device: the compiled memory analysis; on GPU also the peak in use so far."""
+    out = {}
+    if devices[0].platform == "gpu" and not prefix:
         stats = [d.memory_stats() or {} for d in devices]
-        return {"peak_bytes_per_device": max(s.get("peak_bytes_in_use", 0) for s in stats)}
+        out["peak_bytes_per_device"] = max(s.get("peak_bytes_in_use", 0) for s in stats)
     analysis = fn.lower(*args).compile().memory_analysis()
-    if analysis is None:
-        return {}
-    return {
-        "argument_bytes": analysis.argument_size_in_bytes,
-        "output_bytes": analysis.output_size_in_bytes,
-        "temp_bytes": analysis.temp_size_in_bytes,
-    }
+    if analysis is not None:
+        parts = {
+            "argument_bytes": analysis.argument_size_in_bytes,
+            "output_bytes": analysis.output_size_in_bytes,
+            "alias_bytes": analysis.alias_size_in_bytes,
+            "temp_bytes": analysis.temp_size_in_bytes,
+        }
+        parts["program_bytes"] = (
+            parts["argument_bytes"]
+            + parts["output_bytes"]
+            - parts["alias_bytes"]
+            + parts["temp_bytes"]
+        )
+        out.update({prefix + k: v for k, v in parts.items()})
+    return out
 
 
-def run_case(routine, n, dtype, tile, ndev, args, all_devices):
+def run_case(routine, n, dtype, tile, ndev, relayout, args, all_devices):
     import jax
     import numpy as np
     from jax.sharding import NamedSharding
@@ -144,10 +159,12 @@ def run_case(routine, n, dtype, tile, ndev, args, all_devices):
     b = jax.device_put(b_host, NamedSharding(mesh, P()))
     a0 = jax.device_put(a_host, devices[0])
     b0 = jax.device_put(b_host, devices[0])
-    mg, base, check, takes_b = programs(routine, tile, mesh, args.nrhs)
+    mg, base, check, takes_b = programs(routine, tile, mesh, args.nrhs, relayout)
     mg_args, base_args = ((a, b), (a0, b0)) if takes_b else ((a,), (a0,))
     t_mg = timed(mg, mg_args, args.runs, args.warmup)
+    mem_mg = memory(mg, mg_args, devices)  # before the baseline runs (GPU peak)
     t_base = timed(base, base_args, args.runs, args.warmup)
+    mem_base = memory(base, base_args, devices[:1], prefix="baseline_")
     out = mg(*mg_args)
     out_host = jax.tree.map(np.asarray, out)
     residual = float(check(a_host, b_host, out_host))
@@ -157,6 +174,7 @@ def run_case(routine, n, dtype, tile, ndev, args, all_devices):
         "n": n,
         "dtype": dtype,
         "T_A": tile,
+        "relayout": relayout,
         "ndev": ndev,
         "platform": devices[0].platform,
         "device_kind": devices[0].device_kind,
@@ -169,7 +187,8 @@ def run_case(routine, n, dtype, tile, ndev, args, all_devices):
         "baseline_tflops": work / t_base[0] / 1e12,
         "scaled_residual": residual,
         "check_passed": residual < 30,
-        **memory(mg, mg_args, devices),
+        **mem_mg,
+        **mem_base,
     }
 
 
@@ -190,21 +209,25 @@ def overhead_us(n, all_devices, runs):
     return timed(fn, (a, b), max(runs, 20), 3)[0] * 1e6
 
 
+def _mib(row, key):
+    return f"{row[key] / 2**20:.1f}" if key in row else "-"
+
+
 def markdown(rows):
     head = (
-        "| routine | N | dtype | T_A | devices | jaxmg ms (min..max) | baseline ms | ratio | "
-        "TFLOP/s | residual | memory |\n|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "| routine | N | dtype | T_A | relayout | devices | jaxmg ms (min..max) | baseline ms | "
+        "ratio | TFLOP/s | residual | MiB/device | baseline MiB | GPU peak MiB |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     lines = []
     for r in rows:
-        mem = r.get("peak_bytes_per_device") or (
-            r.get("argument_bytes", 0) + r.get("output_bytes", 0) + r.get("temp_bytes", 0)
-        )
         lines.append(
-            f"| {r['routine']} | {r['n']} | {r['dtype']} | {r['T_A']} | {r['ndev']} | "
+            f"| {r['routine']} | {r['n']} | {r['dtype']} | {r['T_A']} | {r['relayout']} | "
+            f"{r['ndev']} | "
             f"{r['jaxmg_s'] * 1e3:.1f} ({r['jaxmg_min_s'] * 1e3:.1f}..{r['jaxmg_max_s'] * 1e3:.1f})"
             f" | {r['baseline_s'] * 1e3:.1f} | {r['ratio_to_baseline']:.2f} | "
-            f"{r['jaxmg_tflops']:.3f} | {r['scaled_residual']:.2g} | {mem / 2**20:.1f} MiB |"
+            f"{r['jaxmg_tflops']:.3f} | {r['scaled_residual']:.2g} | {_mib(r, 'program_bytes')} | "
+            f"{_mib(r, 'baseline_program_bytes')} | {_mib(r, 'peak_bytes_per_device')} |"
         )
     return head + "\n".join(lines) + "\n"
 
@@ -222,10 +245,17 @@ def plots(rows, folder):
     for routine in sorted({r["routine"] for r in rows}):
         mine = [r for r in rows if r["routine"] == routine]
         fig, (ax_t, ax_f) = plt.subplots(1, 2, figsize=(10, 4))
-        for key in sorted({(r["dtype"], r["T_A"], r["ndev"]) for r in mine}):
-            pts = sorted((r["n"], r) for r in mine if (r["dtype"], r["T_A"], r["ndev"]) == key)
+        for key in sorted({(r["dtype"], r["T_A"], r["ndev"], r["relayout"]) for r in mine}):
+            pts = sorted(
+                (
+                    (r["n"], r)
+                    for r in mine
+                    if (r["dtype"], r["T_A"], r["ndev"], r["relayout"]) == key
+                ),
+                key=lambda p: p[0],
+            )
             ns = [n for n, _ in pts]
-            label = f"{key[0]} T_A={key[1]} ndev={key[2]}"
+            label = f"{key[0]} T_A={key[1]} ndev={key[2]} {key[3]}"
             ax_t.plot(ns, [r["jaxmg_s"] for _, r in pts], "o-", label=f"jaxmg {label}")
             ax_t.plot(ns, [r["baseline_s"] for _, r in pts], "x--", label=f"baseline {key[0]}")
             ax_f.plot(ns, [r["jaxmg_tflops"] for _, r in pts], "o-", label=label)
@@ -239,9 +269,13 @@ def plots(rows, folder):
         tiles = sorted({r["T_A"] for r in mine})
         if len(tiles) > 1:
             fig, ax = plt.subplots(figsize=(5, 4))
-            for n in sorted({r["n"] for r in mine}):
-                pts = sorted((r["T_A"], r["jaxmg_s"]) for r in mine if r["n"] == n)
-                ax.plot([t for t, _ in pts], [s for _, s in pts], "o-", label=f"N={n}")
+            for n, relayout in sorted({(r["n"], r["relayout"]) for r in mine}):
+                pts = sorted(
+                    (r["T_A"], r["jaxmg_s"])
+                    for r in mine
+                    if (r["n"], r["relayout"]) == (n, relayout)
+                )
+                ax.plot([t for t, _ in pts], [s for _, s in pts], "o-", label=f"N={n} {relayout}")
             ax.set(xlabel="T_A", ylabel="seconds", xscale="log", title=f"{routine}: tile sweep")
             ax.legend()
             fig.tight_layout()
@@ -258,18 +292,19 @@ def main(argv=None):
     all_devices = jax.devices()
     counts = args.devices or [len(all_devices)]
     cases = [
-        (routine, n, dtype, tile, ndev)
+        (routine, n, dtype, tile, ndev, relayout)
         for routine in args.routines
         for n in args.n
         for dtype in args.dtypes
         for tile in args.tiles
         for ndev in counts
+        for relayout in args.relayouts
         if n % ndev == 0 and ndev <= len(all_devices)
     ]
     rows = []
     sink = args.json.open("w") if args.json else None
     for i, case in enumerate(cases):
-        progress(i, len(cases), "{} N={} {} T_A={} ndev={}".format(*case))
+        progress(i, len(cases), "{} N={} {} T_A={} ndev={} {}".format(*case))
         row = run_case(*case, args, all_devices)
         rows.append(row)
         line = json.dumps(row)

@@ -303,18 +303,19 @@ def test_emulator_saw_no_misuse_and_nothing_leaked(emulated):
 # --- on the emulator and, where there are enough GPUs, on real ones ---------------------------
 
 
+@pytest.mark.parametrize("in_place", [False, True], ids=["cyclic", "in-place"])
 @pytest.mark.parametrize("dtype", ["float64", "complex64"])
 @pytest.mark.parametrize("op", ["potrs", "potri"])
-def test_not_positive_definite(libraries, tmp_path, op, dtype):
+def test_not_positive_definite(libraries, tmp_path, op, dtype, in_place):
     """cuSolverMg's info > 0 (LAPACK's: the order of the first minor that is not positive
     definite) becomes every position's status; x (potrs) or the inverse (potri) is NaN."""
     ids = list(range(min(2, libraries.gpus)))
-    kwargs, _ = make_case(op, dtype, 12, 2, ids, spd=False)  # A[6, 6] = -1
+    kwargs, data = make_case(op, dtype, 12, 2, ids, spd=False, in_place=in_place)  # A[6,6] = -1
     out = run_calls(libraries.folder, [kwargs], tmp_path)
     result = out["results"][0]
     assert result["errors"] == [""] * len(ids)
     assert result["status"] == [7] * len(ids)
-    got = unpack(kwargs, result)
+    got = unpack(kwargs, result, data["moves"])
     if op == "potrs":
         assert all(np.isnan(x).all() for x in got["x"])
     else:
@@ -387,12 +388,14 @@ def merged(outs):
     return {key: [out["results"][0][key][0] for out in outs] for key in keys}
 
 
+@pytest.mark.parametrize("in_place", [False, True], ids=["cyclic", "in-place"])
 @pytest.mark.parametrize("op", ["potrs", "syevd"])
-def test_processes_share_by_cuda_ipc(libraries, tmp_path, op):
+def test_processes_share_by_cuda_ipc(libraries, tmp_path, op, in_place):
     """The multi-process GPU protocol on 3 processes: the others share their buffers as CUDA
-    IPC handles, position 0's process maps them, runs the library for all, closes them."""
+    IPC handles, position 0's process maps them, runs the library for all (and moves tiles
+    between the mapped buffers, in place), closes them."""
     libraries.need(3)
-    kwargs, data = make_case(op, "complex128", 12, 2, [2, 0, 1], nrhs=2)
+    kwargs, data = make_case(op, "complex128", 15, 2, [2, 0, 1], nrhs=2, in_place=in_place)
     outs = run_one_position_per_process(libraries.folder, kwargs, tmp_path)
     check(kwargs, data, merged(outs))
     for position, out in enumerate(outs):  # only the leader runs the library

@@ -53,7 +53,7 @@ struct Api {
   cudaError_t (*cudaGetDevice)(int*);
   cudaError_t (*cudaSetDevice)(int);
   cudaError_t (*cudaStreamSynchronize)(cudaStream_t);
-  cudaError_t (*cudaStreamCreate)(cudaStream_t*);  // RunCudaOnHost only (XLA owns the rest)
+  cudaError_t (*cudaStreamCreate)(cudaStream_t*);  // the leader's copies, RunCudaOnHost
   cudaError_t (*cudaStreamDestroy)(cudaStream_t);
   cudaError_t (*cudaMemcpy)(void*, const void*, size_t, cudaMemcpyKind);
   cudaError_t (*cudaMemcpyAsync)(void*, const void*, size_t, cudaMemcpyKind, cudaStream_t);

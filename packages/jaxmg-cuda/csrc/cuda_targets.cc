@@ -294,6 +294,23 @@ std::mutex contexts_mu;
 auto* contexts = new std::map<std::vector<int>, std::unique_ptr<MgContext>>();
 auto* peers = new std::set<std::pair<int, int>>();
 
+// The leader's stream for copies into `device` (the current device), created once per GPU and
+// kept for the process like the cuSolverMg contexts: never XLA's streams, which belong to the
+// participants' threads.
+Outcome CopyStream(const Api* api, int device, cudaStream_t* out) {
+  static std::mutex mu;
+  static auto* streams = new std::map<int, cudaStream_t>();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = streams->find(device);
+  if (it == streams->end()) {
+    cudaStream_t stream = nullptr;
+    JAXMG_CUDART(api, cudaStreamCreate(&stream));
+    it = streams->emplace(device, stream).first;
+  }
+  *out = it->second;
+  return {};
+}
+
 // Peer access between every ordered pair of the call's devices, once per pair.
 Outcome EnablePeers(const Api* api, const std::vector<int>& devices) {
   for (int i : devices) {
@@ -407,10 +424,15 @@ class CudaBackend final : public Backend {
     });
   }
 
+  // On the destination GPU's copy stream, waited for: copies that depend on each other (the
+  // in-place relayout's) land in order, and nothing is in flight when the leader goes on.
   Outcome CopyAcross(int dst_device, void* dst, int, const void* src, size_t bytes) override {
     DeviceGuard guard(api_);
     JAXMG_CUDART(api_, cudaSetDevice(dst_device));
-    JAXMG_CUDART(api_, cudaMemcpy(dst, src, bytes, cuda::cudaMemcpyDefault));  // peer / UVA
+    cudaStream_t stream = nullptr;
+    if (Outcome o = CopyStream(api_, dst_device, &stream); !o.ok) return o;
+    JAXMG_CUDART(api_, cudaMemcpyAsync(dst, src, bytes, cuda::cudaMemcpyDefault, stream));
+    JAXMG_CUDART(api_, cudaStreamSynchronize(stream));
     return {};
   }
 

@@ -217,7 +217,7 @@ Outcome SameSignatures(const char* target, const std::vector<Slot>& slots) {
 }
 
 // The leader moves column ranges between every position's block (and the staging buffer at
-// the start of position 0's workspace), then waits for the copies to land.
+// the start of position 0's workspace), in order: each copy has landed when CopyAcross returns.
 Outcome ApplyMoves(ffi::Span<const int64_t> moves, const Problem& p, Backend& backend,
                    const MgCall& call) {
   if (moves.size() == 0) return {};
@@ -240,7 +240,7 @@ Outcome ApplyMoves(ffi::Span<const int64_t> moves, const Problem& p, Backend& ba
                                    static_cast<size_t>(moves[m + 2]) * column);
     if (!r.ok) return r;
   }
-  return backend.SynchronizeAll(call.devices);
+  return {};
 }
 
 // The leader's library call for everybody, then x from position 0 to the others (potrs).
@@ -256,7 +256,9 @@ Outcome RunLibrary(const Operands& o, const Problem& p, Backend& backend, MgCall
   if (!run.ok) return run;
   *info_out = info;
   const bool returns_a = o.op == Op::kPotri || (o.op == Op::kSyevd && o.vectors);
-  if (returns_a && info == 0) {
+  if (returns_a && info == 0 && o.from_cyclic.size() != 0) {
+    // The library's own streams have finished with the blocks before they move back.
+    if (Outcome r = backend.SynchronizeAll(call.devices); !r.ok) return r;
     if (Outcome r = ApplyMoves(o.from_cyclic, p, backend, call); !r.ok) return r;
   }
   if (o.op == Op::kPotrs && info == 0) {

@@ -1,8 +1,8 @@
 """The block <-> block-cyclic relayout as a list of in-place column-range moves.
 
 A native executor that can reach every device's buffer (the leader of a jaxmg call) permutes
-the columns in place instead of through JAX collectives: no second copy of ``A``, only one
-staging buffer of at most one tile. This module computes *what* moves; the executor only
+the columns in place instead of through JAX collectives: no second copy of ``A``, only a
+staging buffer of about one tile (at most two in every case tested). This module computes *what* moves; the executor only
 copies ranges, so the index math lives here, next to :class:`CyclicPlan`, and is tested here.
 
 Positions. Every device's buffer has ``W = width`` columns (``W >= L``, the layout's local
@@ -16,7 +16,7 @@ layout global column ``c`` sits at ``(k % ndev) * W + (k // ndev) * tile + c % t
 ``k = c // tile``.
 
 Moves. A move ``(source, destination, width)`` copies ``width`` whole columns from one
-position range to another; positions from ``ndev * L`` on are the staging buffer (a device
+position range to another; positions from ``ndev * W`` on are the staging buffer (a device
 of its own, ``staging_width`` columns, on the leader's device). Executed in order, the moves
 take every real column to its new position; padding positions end up holding unspecified
 values. Within one move the two ranges never overlap and each lies on one device. Columns
@@ -92,7 +92,9 @@ def _moves(source: np.ndarray, destination: np.ndarray, starts: np.ndarray, stag
 
     Pieces (column ranges contiguous in both layouts) move whole. A piece may be written once
     every other piece whose source range its destination overlaps has been read; when no
-    piece can go, the one that most others wait for is read into staging first.
+    piece can go (only cycles are left), the pieces blocking the first one not yet written are
+    read into staging, and written from there when their turn comes. A piece whose source and
+    destination overlap goes through staging too. Returns ``(moves, staging columns used)``.
     """
     lo, hi = starts[:-1], starts[1:]
     width = hi - lo

@@ -43,6 +43,8 @@ def _install_build_deps(session):
         "pytest",
         "hypothesis",
     )
+    # Pure Python: the tests compute the in-place relayout's moves with it.
+    session.install(str(HERE.parent / "jaxmg-layout"))
 
 
 def asan(session):

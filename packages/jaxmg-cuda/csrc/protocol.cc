@@ -256,9 +256,9 @@ Outcome RunLibrary(const Operands& o, const Problem& p, Backend& backend, MgCall
   if (!run.ok) return run;
   *info_out = info;
   const bool returns_a = o.op == Op::kPotri || (o.op == Op::kSyevd && o.vectors);
-  if (returns_a && info == 0 && o.from_cyclic.size() != 0) {
-    // The library's own streams have finished with the blocks before they move back.
-    if (Outcome r = backend.SynchronizeAll(call.devices); !r.ok) return r;
+  // The library has finished with the blocks: it returned `info` on the host (the x broadcast
+  // below relies on the same). No device-wide synchronisation: XLA may have other work queued.
+  if (returns_a && info == 0) {
     if (Outcome r = ApplyMoves(o.from_cyclic, p, backend, call); !r.ok) return r;
   }
   if (o.op == Op::kPotrs && info == 0) {

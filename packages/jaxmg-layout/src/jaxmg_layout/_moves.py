@@ -2,8 +2,9 @@
 
 A native executor that can reach every device's buffer (the leader of a jaxmg call) permutes
 the columns in place instead of through JAX collectives: no second copy of ``A``, only a
-staging buffer of about one tile (at most two in every case tested). This module computes *what* moves; the executor only
-copies ranges, so the index math lives here, next to :class:`CyclicPlan`, and is tested here.
+staging buffer of about one tile (at most two in every case tested). This module computes
+*what* moves; the executor only copies ranges, so the index math lives here, next to
+:class:`CyclicPlan`, and is tested here.
 
 Positions. Every device's buffer has ``W = width`` columns (``W >= L``, the layout's local
 width); position ``p = d * W + j`` is local column ``j`` of device ``d`` (in mesh order). In

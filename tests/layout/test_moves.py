@@ -1,7 +1,8 @@
 """jaxmg_layout.in_place_moves against a column-at-a-time reference of the block-cyclic layout.
 
 The moves are run here by a strict numpy executor that refuses what the native one must never
-see (overlapping ranges, a range across two devices, staging beyond the stated width).
+see (overlapping ranges, a range across two devices, staging beyond the stated width, two moves
+of one round that touch what the other writes) and runs each round as concurrent copies would.
 """
 
 import hypothesis.strategies as st
@@ -13,18 +14,32 @@ import jaxmg_layout as jl
 
 
 def execute(buffers, moves, width, staging_width):
-    """Run ``moves`` over ``buffers`` (``[ndev * width]`` labels, one per column) in order."""
+    """Run ``moves`` over ``buffers`` (``[ndev * width]`` labels, one per column), round by
+    round; within a round every move reads the state before the round (as concurrent copies
+    would), which is only right when no move touches what another one of its round writes."""
     ends = len(buffers)
-    space = np.concatenate([buffers, np.full(staging_width, -2)])
-    for source, destination, count in moves:
-        assert count >= 1
-        assert not (source < destination + count and destination < source + count), "overlap"
-        for at in (source, destination):
-            if at >= ends:
-                assert at + count <= ends + staging_width, "beyond the staging buffer"
-            else:
-                assert 0 <= at and at // width == (at + count - 1) // width, "across devices"
-        space[destination : destination + count] = space[source : source + count]
+    ndev = ends // width
+    space = np.concatenate([buffers, np.full(ends, -2)])  # then each device's staging
+    rounds = moves[:, 0]
+    assert (np.diff(rounds) >= 0).all(), "moves must come in round order"
+    for r in np.unique(rounds):
+        batch = moves[rounds == r, 1:]
+        for i, (source, destination, count) in enumerate(batch):
+            assert count >= 1
+            assert not (source < destination + count and destination < source + count), "overlap"
+            for at in (source, destination):
+                assert 0 <= at < 2 * ends
+                assert at // width == (at + count - 1) // width, "across devices"
+                if at >= ends:
+                    assert (at - ends) % width + count <= staging_width, "beyond staging"
+            for j, (s2, d2, c2) in enumerate(batch):
+                if i != j:
+                    for a, b in ((destination, s2), (destination, d2), (source, d2)):
+                        assert not (a < b + c2 and b < a + count), f"round {r} conflicts"
+        before = space.copy()
+        for source, destination, count in batch:
+            space[destination : destination + count] = before[source : source + count]
+    assert ndev * width == ends
     return space[:ends]
 
 
@@ -71,17 +86,21 @@ def check_round_trip(n, ndev, T_A):
 def test_round_trip_and_staging_of_about_a_tile(n, ndev, T_A):
     plan, moves = check_round_trip(n, ndev, T_A)
     assert moves.staging_width <= 2 * plan.tile  # measured bound, not proven (see _moves)
+    assert moves.to_cyclic[-1, 0] + 1 <= len(moves.to_cyclic)
 
 
 def test_aligned_tiles_move_whole():
     """N=2048 on 4 devices, T_A=256: 8 tiles, 6 of them not home; one cycle through staging."""
     plan, moves = check_round_trip(2048, 4, 256)
     assert moves.width == 512 and not moves.offsets.any()
-    assert set(moves.to_cyclic[:, 2]) == {256}
-    # tiles (device, slot): 1 (0,1) -> (1,0), 2 (1,0) -> (2,0), 4 (2,0) -> (0,1), ...: 6 copies,
-    # plus two through staging per cycle.
+    assert set(moves.to_cyclic[:, 3]) == {256}
+    # Tile k at (device, slot) (k // 2, k % 2) goes to (k % 4, k // 4): tiles 0 and 7 stay,
+    # 1 -> 2 -> 4 -> 1 and 3 -> 6 -> 5 -> 3 are two cycles (each tile moves into the place of
+    # the next). Both are cut through staging at once, so the moves take fewer rounds than
+    # there are moves.
     assert moves.staging_width == 256
-    assert len(moves.to_cyclic) == len(moves.from_cyclic) == 8
+    rounds = moves.to_cyclic[-1, 0] + 1
+    assert rounds < len(moves.to_cyclic), (rounds, len(moves.to_cyclic))
 
 
 def test_worked_example_12_columns_2_devices_tile_4():
@@ -93,14 +112,14 @@ def test_worked_example_12_columns_2_devices_tile_4():
     # offsets 2, 3 of its slot 0 (positions 10, 11). Columns 4, 5 join them (positions 4, 5 ->
     # 8, 9); then tile 2 (8..11, positions 12..15) fills device 0's slot 1 (positions 4..7).
     # Padding opens the cycle: no staging.
-    assert moves.to_cyclic.tolist() == [[4, 8, 2], [12, 4, 4]]
+    assert moves.to_cyclic.tolist() == [[0, 4, 8, 2], [1, 12, 4, 4]]
     assert moves.staging_width == 0
 
 
 def test_no_relayout_no_moves():
     plan = jl.CyclicPlan.make(16, 4, 4)
     moves = jl.in_place_moves(plan)
-    assert moves.to_cyclic.shape == (0, 3) and moves.staging_width == 0
+    assert moves.to_cyclic.shape == (0, 4) and moves.staging_width == 0
     assert moves.width == 4
 
 

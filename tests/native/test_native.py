@@ -333,10 +333,11 @@ def test_bad_operand_reaches_every_participant(cpu_devices):
 @pytest.mark.parametrize(
     "moves, message",
     [
-        ([[3, 0, 2]], "move 0 \\(3, 0, 2\\) is not a column range of one block of L=4"),
-        ([[0, 1, 2]], "to a disjoint one"),  # overlaps its own source
-        ([[0, 2, 0]], "is not a column range"),  # empty
-        ([[0, 1]], "to_cyclic must be \\(source, destination, width\\) triples"),  # Python
+        ([[0, 3, 0, 2]], "move 0 \\(0, 3, 0, 2\\) is out of round order or not a column"),
+        ([[0, 0, 1, 2]], "to a disjoint one"),  # overlaps its own source
+        ([[0, 0, 2, 0]], "not a column range"),  # empty
+        ([[1, 0, 2, 1], [0, 2, 0, 1]], "move 1 .* out of round order"),
+        ([[0, 1]], "to_cyclic must be \\(round, source, destination, width\\) rows"),  # Python
     ],
 )
 def test_bad_moves_reach_every_participant(cpu_devices, moves, message):

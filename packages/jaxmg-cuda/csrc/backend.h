@@ -51,6 +51,15 @@ struct SharedMemory {
   char bus_id[32];           // PCI bus id of the GPU that holds it
 };
 
+// One copy of `bytes` from `src` on `src_device` to `dst` on `dst_device` (-1 on CPU).
+struct Copy {
+  int dst_device;
+  void* dst;
+  int src_device;
+  const void* src;
+  size_t bytes;
+};
+
 // Keeps something (a mapping, an allocation) alive; releasing it undoes it.
 using Keep = std::shared_ptr<void>;
 
@@ -63,9 +72,10 @@ class Backend {
   // The factorisation/solve/eigensolve for all devices; `info` is LAPACK-style. Called by the
   // leader of phase 1, while every participant waits with its buffers published.
   virtual Outcome Run(const MgCall& call, int* info) = 0;
-  // Copy between two participants' buffers (potrs: x from position 0 to the others).
-  virtual Outcome CopyAcross(int dst_device, void* dst, int src_device, const void* src,
-                             size_t bytes) = 0;
+  // Copies between participants' buffers (potrs: x from position 0 to the others; the
+  // in-place relayout's moves, one round at a time). No copy of one batch touches what another
+  // writes, so they may run at once; all have landed when this returns.
+  virtual Outcome CopyAll(const std::vector<Copy>& copies) = 0;
 
   // --- the leader of a multi-process call (crossprocess.h) ---
   // Workspace on `device` of the call (any device, not only the leader's own).

@@ -30,7 +30,7 @@ struct Problem {
   int64_t local = 0;     // L: local columns per device (multiple of tile)
   int64_t nrhs = 0;      // potrs only
   int64_t position = 0;  // this participant's mesh position
-  int64_t staging = 0;   // columns of staging the in-place relayout moves use (position 0)
+  int64_t staging = 0;   // columns of staging every position provides for the relayout
   Dtype dtype = Dtype::kF32;
   int64_t num_tiles() const { return (n + tile - 1) / tile; }
 };

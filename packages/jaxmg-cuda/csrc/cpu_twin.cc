@@ -255,8 +255,8 @@ class CpuBackend final : public Backend {
     return Outcome::Fail("jaxmg: unknown dtype");
   }
 
-  Outcome CopyAcross(int, void* dst, int, const void* src, size_t bytes) override {
-    std::memcpy(dst, src, bytes);
+  Outcome CopyAll(const std::vector<Copy>& copies) override {
+    for (const Copy& c : copies) std::memcpy(c.dst, c.src, c.bytes);
     return {};
   }
 

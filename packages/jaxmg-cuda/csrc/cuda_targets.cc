@@ -424,15 +424,24 @@ class CudaBackend final : public Backend {
     });
   }
 
-  // On the destination GPU's copy stream, waited for: copies that depend on each other (the
-  // in-place relayout's) land in order, and nothing is in flight when the leader goes on.
-  Outcome CopyAcross(int dst_device, void* dst, int, const void* src, size_t bytes) override {
+  // Each copy on its destination GPU's copy stream (peer to peer), all at once; then every
+  // stream used is waited for, so nothing is in flight when the leader goes on (the next round
+  // of the relayout may read what this one wrote).
+  Outcome CopyAll(const std::vector<Copy>& copies) override {
     DeviceGuard guard(api_);
-    JAXMG_CUDART(api_, cudaSetDevice(dst_device));
-    cudaStream_t stream = nullptr;
-    if (Outcome o = CopyStream(api_, dst_device, &stream); !o.ok) return o;
-    JAXMG_CUDART(api_, cudaMemcpyAsync(dst, src, bytes, cuda::cudaMemcpyDefault, stream));
-    JAXMG_CUDART(api_, cudaStreamSynchronize(stream));
+    std::map<int, cudaStream_t> used;
+    for (const Copy& c : copies) {
+      cudaStream_t& stream = used[c.dst_device];
+      JAXMG_CUDART(api_, cudaSetDevice(c.dst_device));
+      if (stream == nullptr) {
+        if (Outcome o = CopyStream(api_, c.dst_device, &stream); !o.ok) return o;
+      }
+      JAXMG_CUDART(api_, cudaMemcpyAsync(c.dst, c.src, c.bytes, cuda::cudaMemcpyDefault, stream));
+    }
+    for (const auto& [device, stream] : used) {
+      JAXMG_CUDART(api_, cudaSetDevice(device));
+      JAXMG_CUDART(api_, cudaStreamSynchronize(stream));
+    }
     return {};
   }
 

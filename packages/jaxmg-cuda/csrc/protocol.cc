@@ -26,30 +26,33 @@ const char* OpName(Op op) {
   return "?";
 }
 
-// The in-place relayout's moves (protocol.h): whole triples, positive widths, every range
-// on one position or inside the staging buffer, no move onto its own source. Sets p->staging.
+// The in-place relayout's moves (protocol.h): whole (round, source, destination, width) rows
+// in round order, positive widths, every range inside one position's block or one position's
+// staging buffer, no move onto its own source. Sets p->staging.
 std::string CheckMoves(const char* target, const char* name, ffi::Span<const int64_t> moves,
                        Problem* p) {
   std::ostringstream err;
   err << target << ": " << name << ": ";
-  if (moves.size() % 3 != 0) {
-    err << "expected (source, destination, width) triples, got " << moves.size() << " values";
+  if (moves.size() % 4 != 0) {
+    err << "expected (round, source, destination, width) rows, got " << moves.size()
+        << " values";
     return err.str();
   }
-  const int64_t ends = p->ndev * p->local;  // staging starts here
-  for (size_t m = 0; m < moves.size(); m += 3) {
-    const int64_t src = moves[m], dst = moves[m + 1], width = moves[m + 2];
+  const int64_t ends = p->ndev * p->local;  // each position's staging buffer follows
+  for (size_t m = 0; m < moves.size(); m += 4) {
+    const int64_t round = moves[m], src = moves[m + 1], dst = moves[m + 2], width = moves[m + 3];
     auto inside = [&](int64_t at) {
-      if (at >= ends) {
-        p->staging = std::max(p->staging, at - ends + width);
-        return p->staging <= ends;  // never more staging than the whole matrix
-      }
-      return at >= 0 && at / p->local == (at + width - 1) / p->local;
+      if (at < 0 || at >= 2 * ends || at / p->local != (at + width - 1) / p->local) return false;
+      if (at >= ends) p->staging = std::max(p->staging, (at - ends) % p->local + width);
+      return true;
     };
-    if (width < 1 || !inside(src) || !inside(dst) || (src < dst + width && dst < src + width)) {
-      err << "move " << m / 3 << " (" << src << ", " << dst << ", " << width
-          << ") is not a column range of one block of L=" << p->local << " (positions [0, "
-          << ends << ")) or of the staging buffer to a disjoint one";
+    const bool ordered = round >= 0 && (m == 0 || round >= moves[m - 4]);
+    if (!ordered || width < 1 || !inside(src) || !inside(dst) ||
+        (src < dst + width && dst < src + width)) {
+      err << "move " << m / 4 << " (" << round << ", " << src << ", " << dst << ", " << width
+          << ") is out of round order or not a column range of one block (L=" << p->local
+          << ", positions [0, " << ends << ")) or staging buffer ([" << ends << ", "
+          << 2 * ends << ")) to a disjoint one";
       return err.str();
     }
   }
@@ -104,11 +107,10 @@ std::string Signature(const Problem& p) {
   return s.str();
 }
 
-// Bytes of workspace to allocate at `position`: the library's, and on position 0 at least
-// the relayout's staging buffer (used only before and after the library runs).
+// Bytes of workspace to allocate at `position`: the library's, and at least the relayout's
+// staging buffer (used only before and after the library runs).
 int64_t AllocationBytes(const Problem& p, size_t position, const std::vector<int64_t>& library) {
-  const int64_t staging =
-      position == 0 ? p.staging * p.n * static_cast<int64_t>(ElementSize(p.dtype)) : 0;
+  const int64_t staging = p.staging * p.n * static_cast<int64_t>(ElementSize(p.dtype));
   return std::max(library[position], staging);
 }
 
@@ -216,29 +218,30 @@ Outcome SameSignatures(const char* target, const std::vector<Slot>& slots) {
   return {};
 }
 
-// The leader moves column ranges between every position's block (and the staging buffer at
-// the start of position 0's workspace), in order: each copy has landed when CopyAcross returns.
+// The leader moves column ranges between the positions' blocks and staging buffers (at the
+// start of each position's workspace), one round at a time.
 Outcome ApplyMoves(ffi::Span<const int64_t> moves, const Problem& p, Backend& backend,
                    const MgCall& call) {
-  if (moves.size() == 0) return {};
   const size_t column = static_cast<size_t>(p.n) * ElementSize(p.dtype);
   const int64_t ends = p.ndev * p.local;
   auto at = [&](int64_t position, int* device) -> char* {
-    if (position >= ends) {
-      *device = call.devices[0];
-      return static_cast<char*>(call.work[0]) + static_cast<size_t>(position - ends) * column;
-    }
-    const int64_t q = position / p.local;
+    const bool staged = position >= ends;
+    const int64_t q = (staged ? position - ends : position) / p.local;
     *device = call.devices[q];
-    return static_cast<char*>(call.a[q]) + static_cast<size_t>(position % p.local) * column;
+    char* base = static_cast<char*>(staged ? call.work[q] : call.a[q]);
+    return base + static_cast<size_t>(position % p.local) * column;
   };
-  for (size_t m = 0; m < moves.size(); m += 3) {
-    int src_device = -1, dst_device = -1;
-    const char* src = at(moves[m], &src_device);
-    char* dst = at(moves[m + 1], &dst_device);
-    Outcome r = backend.CopyAcross(dst_device, dst, src_device, src,
-                                   static_cast<size_t>(moves[m + 2]) * column);
-    if (!r.ok) return r;
+  std::vector<Copy> round;
+  for (size_t m = 0; m < moves.size(); m += 4) {
+    Copy c{};
+    c.src = at(moves[m + 1], &c.src_device);
+    c.dst = at(moves[m + 2], &c.dst_device);
+    c.bytes = static_cast<size_t>(moves[m + 3]) * column;
+    round.push_back(c);
+    if (m + 4 == moves.size() || moves[m + 4] != moves[m]) {
+      if (Outcome r = backend.CopyAll(round); !r.ok) return r;
+      round.clear();
+    }
   }
   return {};
 }
@@ -262,12 +265,10 @@ Outcome RunLibrary(const Operands& o, const Problem& p, Backend& backend, MgCall
     if (Outcome r = ApplyMoves(o.from_cyclic, p, backend, call); !r.ok) return r;
   }
   if (o.op == Op::kPotrs && info == 0) {
-    const size_t x_bytes = RhsBytes(o, p);
-    for (size_t d = 1; d < call.b.size(); ++d) {
-      Outcome c =
-          backend.CopyAcross(call.devices[d], call.b[d], call.devices[0], call.b[0], x_bytes);
-      if (!c.ok) return c;
-    }
+    std::vector<Copy> x;
+    for (size_t d = 1; d < call.b.size(); ++d)
+      x.push_back(Copy{call.devices[d], call.b[d], call.devices[0], call.b[0], RhsBytes(o, p)});
+    if (Outcome r = backend.CopyAll(x); !r.ok) return r;
   }
   return {};
 }

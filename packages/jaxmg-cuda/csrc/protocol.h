@@ -40,11 +40,13 @@ struct Operands {
   // position. See crossprocess.h.
   int64_t job = 0;                    // attr job
   ffi::Span<const int64_t> pids;      // attr pids
-  // In-place relayout (jaxmg_layout.in_place_moves): flattened (source, destination, width)
-  // column-range moves over positions `d * L + j` (local column j of mesh position d; from
-  // `ndev * L` on: a staging buffer in position 0's workspace). Empty: `a` is already in the
-  // block-cyclic layout. The leader runs `to_cyclic` before the library and `from_cyclic`
-  // after it, on the result potri and syevd (vectors) return; potrs leaves its factor cyclic.
+  // In-place relayout (jaxmg_layout.in_place_moves): flattened (round, source, destination,
+  // width) column-range moves over positions `d * L + j` (local column j of mesh position d)
+  // and `(ndev + d) * L + j` (column j of position d's staging buffer, at the start of its
+  // workspace). Empty: `a` is already in the block-cyclic layout. The leader runs `to_cyclic`
+  // before the library and `from_cyclic` after it, on the result potri and syevd (vectors)
+  // return (potrs leaves its factor cyclic), a round at a time: the moves of one round touch
+  // disjoint ranges and may run at once.
   ffi::Span<const int64_t> to_cyclic;    // attr to_cyclic
   ffi::Span<const int64_t> from_cyclic;  // attr from_cyclic
 };

@@ -64,8 +64,10 @@ def open_meetings() -> int:
 
 def _moves(moves, name):
     flat = np.zeros(0, np.int64) if moves is None else np.asarray(moves, np.int64).reshape(-1)
-    if flat.size % 3:
-        raise ValueError(f"{name} must be (source, destination, width) triples, got {flat.size}")
+    if flat.size % 4:
+        raise ValueError(
+            f"{name} must be (round, source, destination, width) rows, got {flat.size} values"
+        )
     return flat
 
 
@@ -120,7 +122,7 @@ def mg_potrs(a, b, position, *, T_A, device_ids, job=0, pids=None, moves=None):
     The default ``job=0`` means every participant runs in this process.
 
     In-place relayout: with ``moves = (to_cyclic, from_cyclic)`` (e.g. the two tables of
-    ``jaxmg_layout.in_place_moves``: ``[m, 3]`` column-range moves) ``a`` is in the caller's
+    ``jaxmg_layout.in_place_moves``: ``[m, 4]`` column-range moves) ``a`` is in the caller's
     block layout instead; the leader permutes it to the block-cyclic layout, in place,
     before the library runs. potrs leaves its factor in the block-cyclic layout; potri and
     syevd bring their result back with ``from_cyclic``.

@@ -115,7 +115,11 @@ def main(argv=None) -> int:
     )
     env["JAXMG_REQUIRE_GPU"] = "1"
     gpu = subprocess.run(
-        [sys.executable, "-c", "import jax; print(jax.devices('gpu')[0].device_kind)"],
+        [
+            sys.executable,
+            "-c",
+            "import jax; g = jax.devices('gpu'); print(len(g), g[0].device_kind)",
+        ],
         capture_output=True,
         text=True,
         timeout=120,
@@ -124,7 +128,10 @@ def main(argv=None) -> int:
     if gpu.returncode:
         print(gpu.stderr, file=sys.stderr)
         raise SystemExit("no GPU visible to jax: this command is for a GPU machine")
-    kind = re.sub(r"[^A-Za-z0-9]+", "-", gpu.stdout.strip()).strip("-").lower()
+    count, _, name = gpu.stdout.strip().partition(" ")
+    kind = re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-").lower()
+    # Several GPUs: the relayout runs, so compare the in-place one with JAX's collectives.
+    relayouts = ["--relayouts", "native", "jax"] if int(count) > 1 else []
     args.results.mkdir(parents=True, exist_ok=True)
     stem = args.results / f"{kind}_{datetime.date.today().isoformat()}"
     with open(f"{stem}.log", "w") as log:
@@ -169,6 +176,7 @@ def main(argv=None) -> int:
             "potrs float64 N=32768",
             bench
             + ["--routines", "potrs", "--n", "8192", "16384", "32768", "--tiles", "1024"]
+            + relayouts
             + ["--overhead-n", "64", "--json", f"{stem}.jsonl", "--markdown", f"{stem}.md"]
             + ["--plots", f"{stem}_plots"],
             240,

@@ -136,3 +136,13 @@ def test_round_trip_property(ndev, per_device, data):
     per_device = max(per_device, ndev)
     T_A = data.draw(st.integers(1, per_device + 1))
     check_round_trip(ndev * per_device, ndev, T_A)
+
+
+def test_cycles_are_cut_into_rounds_that_run_at_once():
+    """N=32768 on 8 devices, T_A=256: the tile permutation's cycles, cut through every device's
+    staging, take 34 rounds for 150 copies (one cycle after another would take 144)."""
+    plan, moves = check_round_trip(32768, 8, 256)
+    for table in (moves.to_cyclic, moves.from_cyclic):
+        rounds = table[-1, 0] + 1
+        assert rounds * 3 < len(table), (rounds, len(table))
+    assert moves.staging_width == plan.tile

@@ -348,7 +348,7 @@ ffi::Error PotrsCpu(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Buffer<ffi::S32> po
                     ffi::Span<const int64_t> pids, ffi::Span<const int64_t> to_cyclic,
                     ffi::Span<const int64_t> from_cyclic) {
   Operands o = PotrsOperands(a, b, position, a_out, x, status, tile, device_ids, call_id);
-  return Run(WithJob(o, job, pids, to_cyclic, from_cyclic));
+  return Run(WithAttrs(o, job, pids, to_cyclic, from_cyclic));
 }
 
 ffi::Error PotriCpu(ffi::AnyBuffer a, ffi::Buffer<ffi::S32> position,
@@ -357,7 +357,7 @@ ffi::Error PotriCpu(ffi::AnyBuffer a, ffi::Buffer<ffi::S32> position,
                     int64_t job, ffi::Span<const int64_t> pids,
                     ffi::Span<const int64_t> to_cyclic, ffi::Span<const int64_t> from_cyclic) {
   Operands o = PotriOperands(a, position, a_out, status, tile, device_ids, call_id);
-  return Run(WithJob(o, job, pids, to_cyclic, from_cyclic));
+  return Run(WithAttrs(o, job, pids, to_cyclic, from_cyclic));
 }
 
 ffi::Error SyevdCpu(ffi::AnyBuffer a, ffi::Buffer<ffi::S32> position,
@@ -367,7 +367,7 @@ ffi::Error SyevdCpu(ffi::AnyBuffer a, ffi::Buffer<ffi::S32> position,
                     int64_t job, ffi::Span<const int64_t> pids,
                     ffi::Span<const int64_t> to_cyclic, ffi::Span<const int64_t> from_cyclic) {
   Operands o = SyevdOperands(a, position, v, w, status, tile, device_ids, call_id, vectors);
-  return Run(WithJob(o, job, pids, to_cyclic, from_cyclic));
+  return Run(WithAttrs(o, job, pids, to_cyclic, from_cyclic));
 }
 
 // A diagnostic target: all participants meet; out = [participants, distinct threads seen].

@@ -941,7 +941,7 @@ ffi::Error PotrsCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator
                      ffi::Span<const int64_t> pids, ffi::Span<const int64_t> to_cyclic,
                      ffi::Span<const int64_t> from_cyclic) {
   Operands o = PotrsOperands(a, b, position, a_out, x, status, tile, device_ids, call_id);
-  return RunCuda(WithJob(o, job, pids, to_cyclic, from_cyclic), stream, ordinal, scratch);
+  return RunCuda(WithAttrs(o, job, pids, to_cyclic, from_cyclic), stream, ordinal, scratch);
 }
 
 ffi::Error PotriCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator scratch,
@@ -949,9 +949,9 @@ ffi::Error PotriCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator
                      ffi::Result<ffi::AnyBuffer> a_out, ffi::Result<ffi::Buffer<ffi::S32>> status,
                      int64_t tile, ffi::Span<const int64_t> device_ids, int64_t call_id,
                      int64_t job, ffi::Span<const int64_t> pids,
-                    ffi::Span<const int64_t> to_cyclic, ffi::Span<const int64_t> from_cyclic) {
+                     ffi::Span<const int64_t> to_cyclic, ffi::Span<const int64_t> from_cyclic) {
   Operands o = PotriOperands(a, position, a_out, status, tile, device_ids, call_id);
-  return RunCuda(WithJob(o, job, pids, to_cyclic, from_cyclic), stream, ordinal, scratch);
+  return RunCuda(WithAttrs(o, job, pids, to_cyclic, from_cyclic), stream, ordinal, scratch);
 }
 
 ffi::Error SyevdCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator scratch,
@@ -960,9 +960,9 @@ ffi::Error SyevdCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator
                      ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t tile,
                      ffi::Span<const int64_t> device_ids, int64_t call_id, bool vectors,
                      int64_t job, ffi::Span<const int64_t> pids,
-                    ffi::Span<const int64_t> to_cyclic, ffi::Span<const int64_t> from_cyclic) {
+                     ffi::Span<const int64_t> to_cyclic, ffi::Span<const int64_t> from_cyclic) {
   Operands o = SyevdOperands(a, position, v, w, status, tile, device_ids, call_id, vectors);
-  return RunCuda(WithJob(o, job, pids, to_cyclic, from_cyclic), stream, ordinal, scratch);
+  return RunCuda(WithAttrs(o, job, pids, to_cyclic, from_cyclic), stream, ordinal, scratch);
 }
 
 }  // namespace jaxmg

@@ -86,10 +86,9 @@ std::string CheckOperands(const Operands& o, int32_t position, int max_participa
     }
     p->nrhs = b[0];
   }
-  for (auto [name, moves] : {std::pair{"to_cyclic", o.to_cyclic}, {"from_cyclic", o.from_cyclic}}) {
-    error = CheckMoves(o.target, name, moves, p);
-    if (!error.empty()) return error;
-  }
+  error = CheckMoves(o.target, "to_cyclic", o.to_cyclic, p);
+  if (error.empty()) error = CheckMoves(o.target, "from_cyclic", o.from_cyclic, p);
+  if (!error.empty()) return error;
   if (o.op == Op::kSyevd) {
     if (o.w_dims.size() != 1 || o.w_dims[0] != p->n || o.w_type != RealTypeOf(p->dtype)) {
       err << "w must be [N=" << p->n << "] of A's real dtype";

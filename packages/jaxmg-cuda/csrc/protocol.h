@@ -51,9 +51,10 @@ struct Operands {
   ffi::Span<const int64_t> from_cyclic;  // attr from_cyclic
 };
 
-inline Operands WithJob(Operands o, int64_t job, ffi::Span<const int64_t> pids,
-                        ffi::Span<const int64_t> to_cyclic,
-                        ffi::Span<const int64_t> from_cyclic) {
+// The attributes every handler passes on as they are: the job's and the relayout's.
+inline Operands WithAttrs(Operands o, int64_t job, ffi::Span<const int64_t> pids,
+                          ffi::Span<const int64_t> to_cyclic,
+                          ffi::Span<const int64_t> from_cyclic) {
   o.job = job;
   o.pids = pids;
   o.to_cyclic = to_cyclic;

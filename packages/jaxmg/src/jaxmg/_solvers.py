@@ -270,8 +270,20 @@ def _syevd_program(a, *, T_A, n, cyclic, relayout, vectors, geometry, fn):
 # --- public API ------------------------------------------------------------------------------
 
 
-def _prepare(A, T_A, mesh, in_specs, cyclic_1d, fn, n_specs):
-    """Validate ``A`` and ``T_A`` and resolve the geometry; returns ``(geometry, n, T_A)``."""
+def _statics(T_A, n, cyclic_1d, relayout, geometry, fn):
+    """The static arguments every local body and program takes, ``relayout`` checked."""
+    return dict(
+        T_A=T_A,
+        n=n,
+        cyclic=bool(cyclic_1d),
+        relayout=_checks.relayout(relayout, fn),
+        geometry=geometry,
+        fn=fn,
+    )
+
+
+def _prepare(A, T_A, mesh, in_specs, cyclic_1d, relayout, fn, n_specs):
+    """Validate the arguments and resolve the geometry; returns ``(statics, A's dtype)``."""
     dtype = _checks.matrix_dtype(A, fn)
     T_A = _checks.tile_size(T_A, fn)
     if in_specs is not None:
@@ -290,7 +302,7 @@ def _prepare(A, T_A, mesh, in_specs, cyclic_1d, fn, n_specs):
     else:
         n = _checks.square_size(A, fn)
         _checks.plan(n, geometry.ndev, T_A, fn)
-    return geometry, n, T_A, dtype
+    return _statics(T_A, n, cyclic_1d, relayout, geometry, fn), dtype
 
 
 def potrs(
@@ -327,19 +339,10 @@ def potrs(
     batch is solved one matrix after another. Never gathers ``A`` on one device.
     """
     fn = "jaxmg.potrs"
-    geometry, n, T_A, dtype = _prepare(A, T_A, mesh, in_specs, cyclic_1d, fn, n_specs=2)
+    statics, dtype = _prepare(A, T_A, mesh, in_specs, cyclic_1d, relayout, fn, n_specs=2)
+    n = statics["n"]
     b_shape = _checks.rhs_shape(b, n, dtype, fn)
-    b2 = b.reshape(n, -1)
-    x, status = _potrs_program(
-        A,
-        b2,
-        T_A=T_A,
-        n=n,
-        cyclic=bool(cyclic_1d),
-        relayout=_checks.relayout(relayout, fn),
-        geometry=geometry,
-        fn=fn,
-    )
+    x, status = _potrs_program(A, b.reshape(n, -1), **statics)
     x = x.reshape(b_shape)
     return (x, status) if return_status else x
 
@@ -363,16 +366,8 @@ def potri(
       ``k > 0`` if ``A`` is not positive definite (the inverse is then all NaN).
     """
     fn = "jaxmg.potri"
-    geometry, n, T_A, _ = _prepare(A, T_A, mesh, in_specs, cyclic_1d, fn, n_specs=1)
-    inv, status = _potri_program(
-        A,
-        T_A=T_A,
-        n=n,
-        cyclic=bool(cyclic_1d),
-        relayout=_checks.relayout(relayout, fn),
-        geometry=geometry,
-        fn=fn,
-    )
+    statics, _ = _prepare(A, T_A, mesh, in_specs, cyclic_1d, relayout, fn, n_specs=1)
+    inv, status = _potri_program(A, **statics)
     return (inv, status) if return_status else inv
 
 
@@ -405,24 +400,16 @@ def syevd(
       last: 0 on success, ``k > 0`` if the solver did not converge (outputs are then NaN).
     """
     fn = "jaxmg.syevd"
-    geometry, n, T_A, _ = _prepare(A, T_A, mesh, in_specs, cyclic_1d, fn, n_specs=1)
+    statics, _ = _prepare(A, T_A, mesh, in_specs, cyclic_1d, relayout, fn, n_specs=1)
+    geometry, T_A = statics["geometry"], statics["T_A"]
     if geometry.platform == "gpu":
-        tile = jaxmg_layout.CyclicPlan.make(n, geometry.ndev, T_A).tile
+        tile = jaxmg_layout.CyclicPlan.make(statics["n"], geometry.ndev, T_A).tile
         if tile > _checks.SYEVD_MAX_TILE:
             raise ValueError(
                 f"{fn}: cuSolverMg's syevd accepts column tiles of at most "
                 f"{_checks.SYEVD_MAX_TILE}, got T_A={T_A} (tile {tile}); choose a smaller T_A."
             )
-    out = _syevd_program(
-        A,
-        T_A=T_A,
-        n=n,
-        cyclic=bool(cyclic_1d),
-        relayout=_checks.relayout(relayout, fn),
-        vectors=bool(return_eigenvectors),
-        geometry=geometry,
-        fn=fn,
-    )
+    out = _syevd_program(A, vectors=bool(return_eigenvectors), **statics)
     if return_status:
         return out
     return out[:-1] if return_eigenvectors else out[0]
@@ -431,15 +418,12 @@ def syevd(
 # --- inside a user's shard_map --------------------------------------------------------------
 
 
-def _local_geometry(a, axis_name, sharded_by, fn):
+def _local_statics(a, T_A, cyclic_1d, axis_name, sharded_by, relayout, fn):
+    """Validate a local block and the arguments; the static arguments of the local bodies."""
     if sharded_by not in ("cols", "rows"):
         raise ValueError(f"{fn}: sharded_by must be 'cols' or 'rows', got {sharded_by!r}.")
     _checks.matrix_dtype(a, fn, argname="a")
-    return _geometry.from_abstract_mesh(axis_name, sharded_by)
-
-
-def _local_size(a, geometry, T_A, cyclic_1d, fn):
-    """N from the local block; checks the block against the layout."""
+    geometry = _geometry.from_abstract_mesh(axis_name, sharded_by)
     T_A = _checks.tile_size(T_A, fn)
     n = int(a.shape[1 - geometry.sharded_dim])
     layout = _checks.plan(n, geometry.ndev, T_A, fn)
@@ -451,7 +435,7 @@ def _local_size(a, geometry, T_A, cyclic_1d, fn):
             + (f" in the block-cyclic layout (width {width})" if cyclic_1d else "")
             + f"; expected {width} {geometry.form} per device."
         )
-    return n, T_A
+    return _statics(T_A, n, cyclic_1d, relayout, geometry, fn)
 
 
 def potrs_no_shardmap(
@@ -472,19 +456,10 @@ def potrs_no_shardmap(
       in :func:`potrs`. Always returns the status.
     """
     fn = "jaxmg.potrs_no_shardmap"
-    geometry = _local_geometry(a, axis_name, sharded_by, fn)
-    n, T_A = _local_size(a, geometry, T_A, cyclic_1d, fn)
+    statics = _local_statics(a, T_A, cyclic_1d, axis_name, sharded_by, relayout, fn)
+    n = statics["n"]
     b_shape = _checks.rhs_shape(b, n, _checks.matrix_dtype(a, fn, "a"), fn)
-    x, status = _potrs_local(
-        a,
-        b.reshape(n, -1),
-        T_A=T_A,
-        n=n,
-        cyclic=bool(cyclic_1d),
-        relayout=_checks.relayout(relayout, fn),
-        geometry=geometry,
-        fn=fn,
-    )
+    x, status = _potrs_local(a, b.reshape(n, -1), **statics)
     return x.reshape(b_shape), status
 
 
@@ -497,17 +472,8 @@ def potri_no_shardmap(
     (and layout) as ``a``.
     """
     fn = "jaxmg.potri_no_shardmap"
-    geometry = _local_geometry(a, axis_name, sharded_by, fn)
-    n, T_A = _local_size(a, geometry, T_A, cyclic_1d, fn)
-    return _potri_local(
-        a,
-        T_A=T_A,
-        n=n,
-        cyclic=bool(cyclic_1d),
-        relayout=_checks.relayout(relayout, fn),
-        geometry=geometry,
-        fn=fn,
-    )
+    statics = _local_statics(a, T_A, cyclic_1d, axis_name, sharded_by, relayout, fn)
+    return _potri_local(a, **statics)
 
 
 def syevd_no_shardmap(
@@ -526,15 +492,5 @@ def syevd_no_shardmap(
     on every device, ``v_block`` this device's block of ``V`` in the same form as ``a``.
     """
     fn = "jaxmg.syevd_no_shardmap"
-    geometry = _local_geometry(a, axis_name, sharded_by, fn)
-    n, T_A = _local_size(a, geometry, T_A, cyclic_1d, fn)
-    return _syevd_local(
-        a,
-        T_A=T_A,
-        n=n,
-        cyclic=bool(cyclic_1d),
-        relayout=_checks.relayout(relayout, fn),
-        vectors=bool(return_eigenvectors),
-        geometry=geometry,
-        fn=fn,
-    )
+    statics = _local_statics(a, T_A, cyclic_1d, axis_name, sharded_by, relayout, fn)
+    return _syevd_local(a, vectors=bool(return_eigenvectors), **statics)

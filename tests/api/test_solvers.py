@@ -214,6 +214,30 @@ def test_no_all_gather_of_a():
     assert not gathers, gathers
 
 
+@pytest.mark.parametrize("form", FORMS)
+def test_results_come_back_without_all_to_all(form):
+    """potri's Hermitian fill and syevd's conjugate transpose of V trade blocks pairwise in
+    place; an all_to_all would hold a second copy of the whole result (three on XLA:CPU)."""
+    mesh = mesh_of_all()
+    a = put(hpd(size_for(mesh.size), np.float64), mesh, FORMS[form])
+    for fn in (jaxmg.potri, jaxmg.syevd):
+        hlo = jax.jit(lambda a, fn=fn: fn(a, 4)).lower(a).compile().as_text()
+        assert "all-to-all" not in hlo, fn.__name__
+
+
+@pytest.mark.parametrize("ndev", range(1, 17))
+def test_pairings_meet_every_pair_once(ndev):
+    from jaxmg._solvers import _pairings
+
+    rounds = _pairings(ndev)
+    met = [pair for pairs in rounds for pair in pairs]
+    assert sorted(met) == [(a, b) for a in range(ndev) for b in range(a + 1, ndev)]
+    for pairs in rounds:  # a device meets at most one partner per round
+        devices = [d for pair in pairs for d in pair]
+        assert len(devices) == len(set(devices))
+    assert len(rounds) == (ndev - 1 if ndev % 2 == 0 else ndev if ndev > 1 else 0)
+
+
 @given(
     per_device=st.integers(2, 10),
     nrhs=st.integers(1, 5),

@@ -82,54 +82,94 @@ class _Route:
         room = jnp.zeros((width, self.n), rows.dtype)
         return jax.lax.dynamic_update_slice(room, rows, (self._offset(), 0))
 
-    def from_native(self, z):
-        """A native result -> the block layout and form of the caller's A."""
-        if self.moves is None:
-            return jaxmg_layout.undo_cyclic_1d_no_shardmap(
-                self._rows(z), self.T_A, self.n, self.geometry.axis, axis=self.geometry.sharded_dim
-            )
+    def from_native(self, z, then=None):
+        """A native result -> the block layout and form of the caller's A.
+
+        ``then``, if given, runs on the block-layout result while it is still in the native
+        ``[s, N]`` row form, before a column block's transpose.
+        """
         s = self.plan.shard_size
-        if not self.moves.offsets.any():
-            z = z[:s]
-        else:
+        if self.moves is None:
+            z = jaxmg_layout.undo_cyclic_1d_no_shardmap(
+                z, self.T_A, self.n, self.geometry.axis, axis=0
+            )
+        elif self.moves.offsets.any():
             z = jax.lax.dynamic_slice_in_dim(z, self._offset(), s, axis=0)
-        return self._rows(z)
+        else:
+            z = z[:s]
+        return self._rows(z if then is None else then(z))
 
 
-def _conj_transpose_local(z, axis_name, form):
-    """The local block of ``Z^H`` sharded like ``Z``, from the local block of ``Z``.
+def _pairings(ndev):
+    """Rounds of disjoint device pairs that meet every pair once (a round-robin tournament).
 
-    One ``all_to_all`` brings this device the transposed block it needs: for a column block
-    ``Z[:, blk]`` it is ``Z[blk, :]``, for a row block ``Z[blk, :]`` it is ``Z[:, blk]``.
+    The circle method: device ``m - 1`` stays put while the others rotate; for an odd count a
+    phantom device ``ndev`` gives each round's partner of it a bye.
     """
-    if form == "cols":
-        other = jax.lax.all_to_all(z, axis_name, split_axis=0, concat_axis=1, tiled=True)
-    else:
-        other = jax.lax.all_to_all(z, axis_name, split_axis=1, concat_axis=0, tiled=True)
-    return jnp.conj(other).T
+    m = ndev + ndev % 2
+    rounds = []
+    for r in range(m - 1):
+        pairs = [(r, m - 1)] + [((r + i) % (m - 1), (r - i) % (m - 1)) for i in range(1, m // 2)]
+        rounds.append(tuple((min(p), max(p)) for p in pairs if max(p) < ndev))
+    return [pairs for pairs in rounds if pairs]
 
 
-def _hermitian_from_triangle(z, axis_name, form):
+def _mirror_blocks(x, axis_name, *, below_only):
+    """Replace off-diagonal blocks of a row block by those of the conjugate transpose, in place.
+
+    ``x = Z[blk_j, :]`` (``[s, N]``) on device ``j`` of ``ndev = N / s``; its block ``k`` is
+    ``Z[blk_j, blk_k]``. Block ``k`` becomes ``Z^H[blk_j, blk_k] = conj(Z[blk_k, blk_j])^T``
+    for every ``k < j`` (``below_only``) or every ``k != j``; the diagonal block is the
+    caller's. Devices meet in pairs (:func:`_pairings`), one ``ppermute`` of ``s x s`` blocks per
+    round: ``j`` sends its block ``k`` to its partner ``k`` and overwrites that same block with
+    what ``k`` sent back (below only: only the higher of the two receives). Each round reads
+    what the one before wrote, so the updates are in place and one round's blocks are live at
+    a time: no ``[s, N]`` temporary, where an ``all_to_all`` needs one (on XLA:CPU three).
+    """
+    s, n = x.shape
+    ndev = n // s
+    j = jax.lax.axis_index(axis_name)
+    for pairs in _pairings(ndev):
+        partner = list(range(ndev))  # a device without a partner this round keeps its own
+        for lo, hi in pairs:
+            partner[lo], partner[hi] = hi, lo
+        k = jnp.asarray(partner, dtype=jnp.int32)[j]
+        perm = list(pairs) if below_only else [*pairs, *((hi, lo) for lo, hi in pairs)]
+        mine = jax.lax.dynamic_slice_in_dim(x, k * s, s, axis=1)
+        received = jax.lax.ppermute(mine, axis_name, perm)
+        wanted = k < j if below_only else k != j
+        new = jnp.where(wanted, jnp.conj(received).T, mine)
+        x = jax.lax.dynamic_update_slice_in_dim(x, new, k * s, axis=1)
+    return x
+
+
+def _conj_transpose_rows(z, axis_name):
+    """The row block ``Z^H[blk, :]`` from the row block ``Z[blk, :]`` (both ``[s, N]``)."""
+    s = z.shape[0]
+    z = _mirror_blocks(z, axis_name, below_only=False)
+    first = jax.lax.axis_index(axis_name) * s
+    diagonal = jax.lax.dynamic_slice_in_dim(z, first, s, axis=1)
+    return jax.lax.dynamic_update_slice_in_dim(z, jnp.conj(diagonal).T, first, axis=1)
+
+
+def _hermitian_from_triangle(x, axis_name):
     """Fill the triangle the solver left unspecified from the valid one, by Hermitian symmetry.
 
-    The native potri writes the lower triangle of the matrix it sees. Seen from the caller, that
-    is the lower triangle of ``inv(A)`` for column sharding and the upper one for row sharding
-    (the solver saw ``conj(A) = A^T``).
+    ``x`` is the native ``[s, N]`` result, row ``i`` being the solver's column ``j*s + i`` on
+    device ``j``; the native potri writes the solver's lower triangle, so ``x[i, r]`` is valid
+    for ``r >= j*s + i``. That holds in both forms: read back as columns it is the lower
+    triangle of ``inv(A)``, as rows the upper one (the solver saw ``conj(A) = A^T``). Working
+    on the native rows leaves a column block's transpose to the caller's last step.
     """
-    j = jax.lax.axis_index(axis_name)
-    if form == "cols":
-        n, s = z.shape
-        rows = jnp.arange(n, dtype=jnp.int32)[:, None]
-        cols = j * s + jnp.arange(s, dtype=jnp.int32)[None, :]
-        valid = rows > cols
-    else:
-        s, n = z.shape
-        rows = j * s + jnp.arange(s, dtype=jnp.int32)[:, None]
-        cols = jnp.arange(n, dtype=jnp.int32)[None, :]
-        valid = cols > rows
-    mirrored = _conj_transpose_local(z, axis_name, form)
-    diagonal = jnp.real(z).astype(z.dtype)  # a Hermitian matrix has a real diagonal
-    return jnp.where(rows == cols, diagonal, jnp.where(valid, z, mirrored))
+    s = x.shape[0]
+    x = _mirror_blocks(x, axis_name, below_only=True)
+    first = jax.lax.axis_index(axis_name) * s
+    block = jax.lax.dynamic_slice_in_dim(x, first, s, axis=1)
+    rows = jnp.arange(s, dtype=jnp.int32)[:, None]
+    cols = jnp.arange(s, dtype=jnp.int32)[None, :]
+    diagonal = jnp.real(block).astype(x.dtype)  # a Hermitian matrix has a real diagonal
+    block = jnp.where(cols > rows, block, jnp.where(cols == rows, diagonal, jnp.conj(block).T))
+    return jax.lax.dynamic_update_slice_in_dim(x, block, first, axis=1)
 
 
 def _relayout(a, T_A, geometry):
@@ -164,7 +204,8 @@ def _potri_local(a, *, T_A, n, cyclic, relayout, geometry, fn):
         moves=route.native_moves,
         **geometry.native_job,
     )
-    inv = _hermitian_from_triangle(route.from_native(inv_rows), geometry.axis, geometry.form)
+    fill = functools.partial(_hermitian_from_triangle, axis_name=geometry.axis)
+    inv = route.from_native(inv_rows, then=fill)
     return (_relayout(inv, T_A, geometry) if cyclic else inv), status
 
 
@@ -186,7 +227,7 @@ def _syevd_local(a, *, T_A, n, cyclic, relayout, vectors, geometry, fn):
         return w, (v_rows.T if cyclic else route.from_native(v_rows)), status
     # The solver saw conj(A): its eigenvector columns are conj(V), which read back by rows is
     # V^H. One conjugate transpose gives the rows of V.
-    v = _conj_transpose_local(route.from_native(v_rows), geometry.axis, "rows")
+    v = _conj_transpose_rows(route.from_native(v_rows), geometry.axis)
     return w, (_relayout(v, T_A, geometry) if cyclic else v), status
 
 

@@ -141,6 +141,29 @@ def bench(session):
             ]
         ),
     )
+    if not session.posargs:  # A sharded by columns against by rows (their memory differs)
+        session.run(
+            "python",
+            "benchmarks/solvers.py",
+            "--cpu-devices",
+            "4",
+            "--routines",
+            "potri",
+            "syevd",
+            "--n",
+            "2048",
+            "--tiles",
+            "256",
+            "--shardings",
+            "cols",
+            "rows",
+            "--overhead-n",
+            "0",
+            "--json",
+            str(results / "cpu_shardings.jsonl"),
+            "--markdown",
+            str(results / "cpu_shardings.md"),
+        )
     session.run(
         "python",
         "benchmarks/layout_roundtrip.py",

@@ -38,6 +38,10 @@ from _common import progress, timed
 ROUTINES = ("potrs", "potri", "syevd", "syevd_values")
 
 
+# How A is sharded over the mesh axis "x": by columns (the original README's form) or by rows.
+SHARDINGS = {"cols": (None, "x"), "rows": ("x", None)}
+
+
 def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--routines", nargs="+", default=["potrs"], choices=ROUTINES)
@@ -46,6 +50,9 @@ def parse(argv=None):
     p.add_argument("--tiles", nargs="+", type=int, default=[128])
     p.add_argument("--devices", nargs="+", type=int, default=None, help="device counts (all)")
     p.add_argument("--relayouts", nargs="+", default=["native"], choices=("native", "jax"))
+    p.add_argument(
+        "--shardings", nargs="+", default=["cols"], choices=tuple(SHARDINGS), help="A's sharding"
+    )
     p.add_argument("--nrhs", type=int, default=1)
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
@@ -145,7 +152,7 @@ def memory(fn, args, devices, prefix=""):
     return out
 
 
-def run_case(routine, n, dtype, tile, ndev, relayout, args, all_devices):
+def run_case(routine, n, dtype, tile, ndev, relayout, sharding, args, all_devices):
     import jax
     import numpy as np
     from jax.sharding import NamedSharding
@@ -155,7 +162,7 @@ def run_case(routine, n, dtype, tile, ndev, relayout, args, all_devices):
     mesh = jax.make_mesh((ndev,), ("x",), devices=devices)
     a_host = make_matrix(n, dtype, routine)
     b_host = np.ones((n, args.nrhs), dtype)
-    a = jax.device_put(a_host, NamedSharding(mesh, P(None, "x")))
+    a = jax.device_put(a_host, NamedSharding(mesh, P(*SHARDINGS[sharding])))
     b = jax.device_put(b_host, NamedSharding(mesh, P()))
     a0 = jax.device_put(a_host, devices[0])
     b0 = jax.device_put(b_host, devices[0])
@@ -175,6 +182,7 @@ def run_case(routine, n, dtype, tile, ndev, relayout, args, all_devices):
         "dtype": dtype,
         "T_A": tile,
         "relayout": relayout,
+        "sharding": sharding,
         "ndev": ndev,
         "platform": devices[0].platform,
         "device_kind": devices[0].device_kind,
@@ -215,21 +223,25 @@ def _mib(row, key):
 
 def markdown(rows):
     head = (
-        "| routine | N | dtype | T_A | relayout | devices | jaxmg ms (min..max) | baseline ms | "
-        "ratio | TFLOP/s | residual | MiB/device | baseline MiB | GPU peak MiB |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "| routine | N | dtype | T_A | relayout | A sharded by | devices | jaxmg ms (min..max) | "
+        "baseline ms | ratio | TFLOP/s | residual | MiB/device | baseline MiB | GPU peak MiB |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     lines = []
     for r in rows:
         lines.append(
             f"| {r['routine']} | {r['n']} | {r['dtype']} | {r['T_A']} | {r['relayout']} | "
-            f"{r['ndev']} | "
+            f"{r.get('sharding', 'cols')} | {r['ndev']} | "
             f"{r['jaxmg_s'] * 1e3:.1f} ({r['jaxmg_min_s'] * 1e3:.1f}..{r['jaxmg_max_s'] * 1e3:.1f})"
             f" | {r['baseline_s'] * 1e3:.1f} | {r['ratio_to_baseline']:.2f} | "
             f"{r['jaxmg_tflops']:.3f} | {r['scaled_residual']:.2g} | {_mib(r, 'program_bytes')} | "
             f"{_mib(r, 'baseline_program_bytes')} | {_mib(r, 'peak_bytes_per_device')} |"
         )
     return head + "\n".join(lines) + "\n"
+
+
+def _series(r):
+    return r["dtype"], r["T_A"], r["ndev"], r["relayout"], r.get("sharding", "cols")
 
 
 def plots(rows, folder):
@@ -245,17 +257,13 @@ def plots(rows, folder):
     for routine in sorted({r["routine"] for r in rows}):
         mine = [r for r in rows if r["routine"] == routine]
         fig, (ax_t, ax_f) = plt.subplots(1, 2, figsize=(10, 4))
-        for key in sorted({(r["dtype"], r["T_A"], r["ndev"], r["relayout"]) for r in mine}):
+        for key in sorted({_series(r) for r in mine}):
             pts = sorted(
-                (
-                    (r["n"], r)
-                    for r in mine
-                    if (r["dtype"], r["T_A"], r["ndev"], r["relayout"]) == key
-                ),
+                ((r["n"], r) for r in mine if _series(r) == key),
                 key=lambda p: p[0],
             )
             ns = [n for n, _ in pts]
-            label = f"{key[0]} T_A={key[1]} ndev={key[2]} {key[3]}"
+            label = f"{key[0]} T_A={key[1]} ndev={key[2]} {key[3]} {key[4]}"
             ax_t.plot(ns, [r["jaxmg_s"] for _, r in pts], "o-", label=f"jaxmg {label}")
             ax_t.plot(ns, [r["baseline_s"] for _, r in pts], "x--", label=f"baseline {key[0]}")
             ax_f.plot(ns, [r["jaxmg_tflops"] for _, r in pts], "o-", label=label)
@@ -269,13 +277,16 @@ def plots(rows, folder):
         tiles = sorted({r["T_A"] for r in mine})
         if len(tiles) > 1:
             fig, ax = plt.subplots(figsize=(5, 4))
-            for n, relayout in sorted({(r["n"], r["relayout"]) for r in mine}):
+            for n, relayout, sharding in sorted(
+                {(r["n"], r["relayout"], r.get("sharding", "cols")) for r in mine}
+            ):
                 pts = sorted(
                     (r["T_A"], r["jaxmg_s"])
                     for r in mine
-                    if (r["n"], r["relayout"]) == (n, relayout)
+                    if (r["n"], r["relayout"], r.get("sharding", "cols")) == (n, relayout, sharding)
                 )
-                ax.plot([t for t, _ in pts], [s for _, s in pts], "o-", label=f"N={n} {relayout}")
+                label = f"N={n} {relayout} {sharding}"
+                ax.plot([t for t, _ in pts], [s for _, s in pts], "o-", label=label)
             ax.set(xlabel="T_A", ylabel="seconds", xscale="log", title=f"{routine}: tile sweep")
             ax.legend()
             fig.tight_layout()
@@ -292,19 +303,20 @@ def main(argv=None):
     all_devices = jax.devices()
     counts = args.devices or [len(all_devices)]
     cases = [
-        (routine, n, dtype, tile, ndev, relayout)
+        (routine, n, dtype, tile, ndev, relayout, sharding)
         for routine in args.routines
         for n in args.n
         for dtype in args.dtypes
         for tile in args.tiles
         for ndev in counts
         for relayout in args.relayouts
+        for sharding in args.shardings
         if n % ndev == 0 and ndev <= len(all_devices)
     ]
     rows = []
     sink = args.json.open("w") if args.json else None
     for i, case in enumerate(cases):
-        progress(i, len(cases), "{} N={} {} T_A={} ndev={} {}".format(*case))
+        progress(i, len(cases), "{} N={} {} T_A={} ndev={} {} {}".format(*case))
         row = run_case(*case, args, all_devices)
         rows.append(row)
         line = json.dumps(row)

@@ -14,7 +14,9 @@ Every case is checked (scaled residual < 30) so a fast wrong answer cannot pass.
 jaxmg and for the baseline: the compiled program's memory analysis per device (arguments +
 outputs + temporaries - aliased; the native targets' workspace is not in it); on GPU also the
 device's peak bytes in use, read after jaxmg's runs and before the baseline's (a peak over the
-process so far: run one case per process for a clean figure).
+process so far: run one case per process for a clean figure). For potri and syevd with vectors
+also jaxmg's memory analysis with ``A`` donated (``jax.jit(..., donate_argnums=0)``: the
+result reuses ``A``'s buffer).
 
 ``--relayouts native jax`` compares jaxmg's two ways to the block-cyclic layout: in place by
 the native leader (default) and JAX collectives.
@@ -87,7 +89,11 @@ def make_matrix(n, dtype, routine, seed=0):
 
 
 def programs(routine, tile, mesh, nrhs, relayout="native"):
-    """(jaxmg program, baseline program, residual(a, out)) for one routine."""
+    """(jaxmg program, baseline program, residual(a, out), takes b, jaxmg with A donated).
+
+    The donated program (potri, syevd with vectors: the results of A's shape) is only compiled,
+    for its memory analysis: donating ``A`` lets the solver work in ``A``'s own buffer.
+    """
     import jax
     import jax.numpy as jnp
     import jax.scipy.linalg as jsl
@@ -99,15 +105,19 @@ def programs(routine, tile, mesh, nrhs, relayout="native"):
         return np.finfo(a.dtype).eps * a.shape[0]
 
     if routine == "potrs":
-        mg = jax.jit(lambda a, b: jaxmg.potrs(a, b, tile, relayout=relayout))
+        mg = jax.jit(lambda a, b: jaxmg.potrs(a, b, tile, relayout=relayout))  # nothing to alias
         base = jax.jit(lambda a, b: jsl.cho_solve(jsl.cho_factor(a, lower=True), b))
 
         def check(a, b, x):
             return np.linalg.norm(a @ x - b) / (np.linalg.norm(a, 1) * np.linalg.norm(x) * eps_n(a))
 
-        return mg, base, check, True
+        return mg, base, check, True, None
     if routine == "potri":
-        mg = jax.jit(lambda a: jaxmg.potri(a, tile, relayout=relayout))
+
+        def inv(a):
+            return jaxmg.potri(a, tile, relayout=relayout)
+
+        mg = jax.jit(inv)
         base = jax.jit(jnp.linalg.inv)
 
         def check(a, _, x):
@@ -115,9 +125,13 @@ def programs(routine, tile, mesh, nrhs, relayout="native"):
                 np.linalg.norm(a, 1) * np.linalg.norm(x, 1) * eps_n(a)
             )
 
-        return mg, base, check, False
+        return mg, base, check, False, jax.jit(inv, donate_argnums=0)
     vectors = routine == "syevd"
-    mg = jax.jit(lambda a: jaxmg.syevd(a, tile, return_eigenvectors=vectors, relayout=relayout))
+
+    def eig(a):
+        return jaxmg.syevd(a, tile, return_eigenvectors=vectors, relayout=relayout)
+
+    mg = jax.jit(eig)
     base = jax.jit(jnp.linalg.eigh if vectors else jnp.linalg.eigvalsh)
 
     def check(a, _, out):
@@ -125,7 +139,7 @@ def programs(routine, tile, mesh, nrhs, relayout="native"):
         ref = np.linalg.eigvalsh(a)
         return np.max(np.abs(w - ref)) / (np.linalg.norm(a, 2) * eps_n(a))
 
-    return mg, base, check, False
+    return mg, base, check, False, (jax.jit(eig, donate_argnums=0) if vectors else None)
 
 
 def memory(fn, args, devices, prefix=""):
@@ -166,12 +180,13 @@ def run_case(routine, n, dtype, tile, ndev, relayout, sharding, args, all_device
     b = jax.device_put(b_host, NamedSharding(mesh, P()))
     a0 = jax.device_put(a_host, devices[0])
     b0 = jax.device_put(b_host, devices[0])
-    mg, base, check, takes_b = programs(routine, tile, mesh, args.nrhs, relayout)
+    mg, base, check, takes_b, donated = programs(routine, tile, mesh, args.nrhs, relayout)
     mg_args, base_args = ((a, b), (a0, b0)) if takes_b else ((a,), (a0,))
     t_mg = timed(mg, mg_args, args.runs, args.warmup)
     mem_mg = memory(mg, mg_args, devices)  # before the baseline runs (GPU peak)
     t_base = timed(base, base_args, args.runs, args.warmup)
     mem_base = memory(base, base_args, devices[:1], prefix="baseline_")
+    mem_donated = {} if donated is None else memory(donated, mg_args, devices, prefix="donated_")
     out = mg(*mg_args)
     out_host = jax.tree.map(np.asarray, out)
     residual = float(check(a_host, b_host, out_host))
@@ -197,6 +212,7 @@ def run_case(routine, n, dtype, tile, ndev, relayout, sharding, args, all_device
         "check_passed": residual < 30,
         **mem_mg,
         **mem_base,
+        **mem_donated,
     }
 
 
@@ -224,8 +240,9 @@ def _mib(row, key):
 def markdown(rows):
     head = (
         "| routine | N | dtype | T_A | relayout | A sharded by | devices | jaxmg ms (min..max) | "
-        "baseline ms | ratio | TFLOP/s | residual | MiB/device | baseline MiB | GPU peak MiB |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "baseline ms | ratio | TFLOP/s | residual | MiB/device | A donated | baseline MiB | "
+        "GPU peak MiB |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     lines = []
     for r in rows:
@@ -235,6 +252,7 @@ def markdown(rows):
             f"{r['jaxmg_s'] * 1e3:.1f} ({r['jaxmg_min_s'] * 1e3:.1f}..{r['jaxmg_max_s'] * 1e3:.1f})"
             f" | {r['baseline_s'] * 1e3:.1f} | {r['ratio_to_baseline']:.2f} | "
             f"{r['jaxmg_tflops']:.3f} | {r['scaled_residual']:.2g} | {_mib(r, 'program_bytes')} | "
+            f"{_mib(r, 'donated_program_bytes')} | "
             f"{_mib(r, 'baseline_program_bytes')} | {_mib(r, 'peak_bytes_per_device')} |"
         )
     return head + "\n".join(lines) + "\n"

@@ -405,6 +405,10 @@ def potri(
       The full Hermitian inverse ``[N, N]``, sharded like ``A`` (in the block-cyclic layout
       when ``cyclic_1d``); with ``return_status``, ``(inverse, status)``: status 0 on success,
       ``k > 0`` if ``A`` is not positive definite (the inverse is then all NaN).
+
+    Memory: the Hermitian fill trades ``N/ndev``-square blocks between pairs of devices, in
+    place. Under ``jax.jit(..., donate_argnums=...)`` with ``A`` donated, the inverse takes over
+    ``A``'s buffer (row-sharded: ``A``'s block plus two small blocks per device in all).
     """
     fn = "jaxmg.potri"
     statics, _ = _prepare(A, T_A, mesh, in_specs, cyclic_1d, relayout, fn, n_specs=1)
@@ -439,6 +443,10 @@ def syevd(
       replicated; with ``return_eigenvectors``, ``(w, V)`` where the columns of ``V`` (``[N,
       N]``, sharded like ``A``) are the eigenvectors; with ``return_status`` the status comes
       last: 0 on success, ``k > 0`` if the solver did not converge (outputs are then NaN).
+
+    Memory: with ``A`` donated (``jax.jit(..., donate_argnums=...)``), ``V`` takes over ``A``'s
+    buffer; for row-sharded ``A`` its conjugate transpose trades small blocks between pairs of
+    devices, in place.
     """
     fn = "jaxmg.syevd"
     statics, _ = _prepare(A, T_A, mesh, in_specs, cyclic_1d, relayout, fn, n_specs=1)

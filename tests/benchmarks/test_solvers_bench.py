@@ -1,0 +1,48 @@
+"""``benchmarks/solvers.py`` end to end at a tiny size: every case checks its own answer and
+reports memory, so the harness the performance figures come from cannot quietly break."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.usefixtures("once_per_suite")
+
+
+def test_tiny_sweep_passes_its_checks_and_reports_memory(tmp_path):
+    out = tmp_path / "cases.jsonl"
+    table = tmp_path / "cases.md"
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "solvers.py"),
+            "--cpu-devices", "2",
+            "--routines", "potrs", "potri", "syevd",
+            "--n", "48",
+            "--tiles", "8",
+            "--relayouts", "native", "jax",
+            "--shardings", "cols", "rows",
+            "--runs", "1",
+            "--warmup", "0",
+            "--overhead-n", "0",
+            "--json", str(out),
+            "--markdown", str(table),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 3 * 2 * 2
+    for r in rows:
+        assert r["check_passed"], r
+        assert r["program_bytes"] > 0 and r["baseline_program_bytes"] > 0
+        if r["routine"] == "potrs":  # no output of A's shape: donation cannot help
+            assert "donated_program_bytes" not in r
+        else:  # the result takes over A's buffer
+            assert r["donated_program_bytes"] < r["program_bytes"], r
+    assert table.read_text().count("\n| potri |") == 4

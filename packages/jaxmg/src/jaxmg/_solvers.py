@@ -114,17 +114,16 @@ def _pairings(ndev):
     return [pairs for pairs in rounds if pairs]
 
 
-def _mirror_blocks(x, axis_name, *, below_only):
-    """Replace off-diagonal blocks of a row block by those of the conjugate transpose, in place.
+def _mirror_blocks_below(x, axis_name):
+    """Fill the blocks left of the diagonal of a row block from the conjugate transpose, in place.
 
     ``x = Z[blk_j, :]`` (``[s, N]``) on device ``j`` of ``ndev = N / s``; its block ``k`` is
-    ``Z[blk_j, blk_k]``. Block ``k`` becomes ``Z^H[blk_j, blk_k] = conj(Z[blk_k, blk_j])^T``
-    for every ``k < j`` (``below_only``) or every ``k != j``; the diagonal block is the
-    caller's. Devices meet in pairs (:func:`_pairings`), one ``ppermute`` of ``s x s`` blocks per
-    round: ``j`` sends its block ``k`` to its partner ``k`` and overwrites that same block with
-    what ``k`` sent back (below only: only the higher of the two receives). Each round reads
-    what the one before wrote, so the updates are in place and one round's blocks are live at
-    a time: no ``[s, N]`` temporary, where an ``all_to_all`` needs one (on XLA:CPU three).
+    ``Z[blk_j, blk_k]``. Every block ``k < j`` becomes ``conj(Z[blk_k, blk_j])^T`` (block
+    ``(j, k)`` of ``Z^H``). Devices meet in pairs (:func:`_pairings`), one ``ppermute`` of an
+    ``s x s`` block per round, from the lower device of each pair to the higher, which
+    overwrites the block it got it for. Each round reads what the one before wrote, so the
+    updates are in place and one round's blocks are live at a time: no ``[s, N]`` temporary,
+    where an ``all_to_all`` needs one (on XLA:CPU three).
     """
     s, n = x.shape
     ndev = n // s
@@ -134,22 +133,24 @@ def _mirror_blocks(x, axis_name, *, below_only):
         for lo, hi in pairs:
             partner[lo], partner[hi] = hi, lo
         k = jnp.asarray(partner, dtype=jnp.int32)[j]
-        perm = list(pairs) if below_only else [*pairs, *((hi, lo) for lo, hi in pairs)]
         mine = jax.lax.dynamic_slice_in_dim(x, k * s, s, axis=1)
-        received = jax.lax.ppermute(mine, axis_name, perm)
-        wanted = k < j if below_only else k != j
-        new = jnp.where(wanted, jnp.conj(received).T, mine)
+        received = jax.lax.ppermute(mine, axis_name, list(pairs))  # zeros where none arrives
+        new = jnp.where(k < j, jnp.conj(received).T, mine)
         x = jax.lax.dynamic_update_slice_in_dim(x, new, k * s, axis=1)
     return x
 
 
 def _conj_transpose_rows(z, axis_name):
-    """The row block ``Z^H[blk, :]`` from the row block ``Z[blk, :]`` (both ``[s, N]``)."""
-    s = z.shape[0]
-    z = _mirror_blocks(z, axis_name, below_only=False)
-    first = jax.lax.axis_index(axis_name) * s
-    diagonal = jax.lax.dynamic_slice_in_dim(z, first, s, axis=1)
-    return jax.lax.dynamic_update_slice_in_dim(z, jnp.conj(diagonal).T, first, axis=1)
+    """The row block ``Z^H[blk, :]`` from the row block ``Z[blk, :]`` (both ``[s, N]``).
+
+    One ``all_to_all`` brings this device ``Z[:, blk]``; its conjugate transpose is the answer.
+    Not the in-place pairwise swap of :func:`_mirror_blocks`: the diagonal block would then be
+    transposed in place, which XLA:CPU (jax 0.10-0.12) fuses into a loop that overwrites
+    elements before their mirror images are read; and the two ``ppermute``s that would give it
+    a buffer of its own made programs with several jaxmg calls starve XLA:CPU's threads.
+    """
+    other = jax.lax.all_to_all(z, axis_name, split_axis=1, concat_axis=0, tiled=True)
+    return jnp.conj(other).T
 
 
 def _hermitian_from_triangle(x, axis_name):
@@ -162,7 +163,9 @@ def _hermitian_from_triangle(x, axis_name):
     on the native rows leaves a column block's transpose to the caller's last step.
     """
     s = x.shape[0]
-    x = _mirror_blocks(x, axis_name, below_only=True)
+    x = _mirror_blocks_below(x, axis_name)
+    # The diagonal block is filled in place from itself: safe however XLA fuses it, since each
+    # element reads only itself or an element above the diagonal, which keeps its value.
     first = jax.lax.axis_index(axis_name) * s
     block = jax.lax.dynamic_slice_in_dim(x, first, s, axis=1)
     rows = jnp.arange(s, dtype=jnp.int32)[:, None]
@@ -445,8 +448,8 @@ def syevd(
       last: 0 on success, ``k > 0`` if the solver did not converge (outputs are then NaN).
 
     Memory: with ``A`` donated (``jax.jit(..., donate_argnums=...)``), ``V`` takes over ``A``'s
-    buffer; for row-sharded ``A`` its conjugate transpose trades small blocks between pairs of
-    devices, in place.
+    buffer. Column-sharded ``A``: ``V`` goes back transposed (one more block); row-sharded: one
+    ``all_to_all`` of ``V`` (two more).
     """
     fn = "jaxmg.syevd"
     statics, _ = _prepare(A, T_A, mesh, in_specs, cyclic_1d, relayout, fn, n_specs=1)

@@ -43,6 +43,11 @@ def test_tiny_sweep_passes_its_checks_and_reports_memory(tmp_path):
         assert r["program_bytes"] > 0 and r["baseline_program_bytes"] > 0
         if r["routine"] == "potrs":  # no output of A's shape: donation cannot help
             assert "donated_program_bytes" not in r
-        else:  # the result takes over A's buffer
+            continue
+        # The result takes over A's buffer. Where the solver's block is A transposed (syevd on
+        # columns), jax 0.12's XLA:CPU keeps a copy anyway: no saving, but never a loss.
+        assert r["donated_alias_bytes"] > 0, r
+        assert r["donated_program_bytes"] <= r["program_bytes"], r
+        if r["routine"] == "potri" or r["sharding"] == "rows":
             assert r["donated_program_bytes"] < r["program_bytes"], r
     assert table.read_text().count("\n| potri |") == 4

@@ -144,7 +144,7 @@ def _conj_transpose_rows(z, axis_name):
     """The row block ``Z^H[blk, :]`` from the row block ``Z[blk, :]`` (both ``[s, N]``).
 
     One ``all_to_all`` brings this device ``Z[:, blk]``; its conjugate transpose is the answer.
-    Not the in-place pairwise swap of :func:`_mirror_blocks`: the diagonal block would then be
+    Not an in-place pairwise swap like :func:`_mirror_blocks_below`: the diagonal block would be
     transposed in place, which XLA:CPU (jax 0.10-0.12) fuses into a loop that overwrites
     elements before their mirror images are read; and the two ``ppermute``s that would give it
     a buffer of its own made programs with several jaxmg calls starve XLA:CPU's threads.

@@ -133,7 +133,6 @@ def test_cached_and_read_only():
 @settings(max_examples=60, deadline=None)
 @given(ndev=st.integers(1, 9), per_device=st.integers(1, 60), data=st.data())
 def test_round_trip_property(ndev, per_device, data):
-    per_device = max(per_device, ndev)
     T_A = data.draw(st.integers(1, per_device + 1))
     check_round_trip(ndev * per_device, ndev, T_A)
 

@@ -77,13 +77,11 @@ def calculate_all_valid_T_A(shard_size: int, ndev: int, T_A_max: int) -> list[in
     """Every valid tile size in ``[1, T_A_max)``, ascending.
 
     jaxmg relayouts every tile size (the shift relayout where it applies, the gather relayout
-    elsewhere), so this is ``[1, ..., T_A_max - 1]``; it is kept for the original API. It
-    raises for shards narrower than ``ndev``.
+    elsewhere), so this is ``[1, ..., T_A_max - 1]``; it is kept for the original API.
     """
     shard_size = _positive_int(shard_size, "shard_size")
     ndev = _positive_int(ndev, "ndev")
     T_A_max = _positive_int(T_A_max, "T_A_max")
-    _check_shard(shard_size, ndev)
     return list(range(1, T_A_max))
 
 
@@ -100,15 +98,6 @@ def calculate_valid_T_A(
     smaller = max((t for t in valid if t < T_A), default=None)
     larger = min((t for t in valid if t > T_A), default=None)
     return smaller, larger
-
-
-def _check_shard(shard_size: int, ndev: int) -> None:
-    if shard_size < ndev:
-        raise ValueError(
-            f"each device holds {shard_size} column(s) but there are {ndev} devices; the "
-            f"block-cyclic layout needs shards at least as wide as the device count "
-            f"(N >= ndev**2 = {ndev * ndev})."
-        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,8 +134,7 @@ class CyclicPlan:
 
         Raises:
             TypeError: a non-integer argument.
-            ValueError: ``T_A <= 0``; ``N`` not divisible by ``ndev``; a shard narrower than
-                ``ndev``.
+            ValueError: ``T_A <= 0``; ``N`` not divisible by ``ndev``.
         """
         N = _positive_int(N, "N")
         ndev = _positive_int(ndev, "ndev")
@@ -157,7 +145,6 @@ class CyclicPlan:
                 "shards."
             )
         s = N // ndev
-        _check_shard(s, ndev)
         tile = min(T_A, s)
         padding = calculate_padding(s, tile, ndev) if tile < s else 0
         local_width = math.ceil(s / tile) * tile

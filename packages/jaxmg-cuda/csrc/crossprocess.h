@@ -42,6 +42,7 @@ enum SegmentState : int32_t {
 struct SegmentHeader {
   std::atomic<int32_t> state;
   int32_t pid;
+  int32_t leader_pid;  // written by the leader before it takes the segment (state kTaken)
   int32_t info;
   int32_t position;
   uint64_t total_bytes;

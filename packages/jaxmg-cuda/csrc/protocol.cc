@@ -189,7 +189,8 @@ std::string Prepare(const Operands& o, Device& dev, int max_participants, Proble
   if (o.job != 0) {
     if (o.pids.size() != o.device_ids.size())
       return std::string(o.target) + ": pids must name the process of every mesh position";
-    if (o.pids[*position] != static_cast<int64_t>(getpid()))
+    // 0: not known to the caller (an abstract mesh); the leader's is learnt when it arrives.
+    if (o.pids[*position] != 0 && o.pids[*position] != static_cast<int64_t>(getpid()))
       return std::string(o.target) + ": mesh position " + std::to_string(*position) +
              " belongs to process " + std::to_string(o.pids[*position]) + ", not to this one (" +
              std::to_string(getpid()) + ")";
@@ -278,9 +279,10 @@ double Elapsed(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
-std::string Who(const Operands& o, int position) {
-  return "mesh position " + std::to_string(position) + " (process " +
-         std::to_string(o.pids[position]) + ")";
+std::string Who(const Operands& o, int position, int64_t pid = 0) {
+  if (pid == 0) pid = o.pids[position];
+  return "mesh position " + std::to_string(position) +
+         (pid != 0 ? " (process " + std::to_string(pid) + ")" : "");
 }
 
 // The leader's view of position q's operands: the copies in its segment (CPU), or its own
@@ -345,6 +347,7 @@ ffi::Error LeadAcrossProcesses(const Operands& o, const Problem& p, Device& dev,
       if (segments[q]) {
         int32_t state = kReady;
         SegmentHeader* h = segments[q]->header();
+        h->leader_pid = static_cast<int32_t>(getpid());  // published by the exchange below
         if (h->state.compare_exchange_strong(state, kTaken, std::memory_order_acq_rel) ||
             state == kFailed) {
           joined[q] = true;
@@ -354,8 +357,11 @@ ffi::Error LeadAcrossProcesses(const Operands& o, const Problem& p, Device& dev,
           fatal = h->message;  // it gave up waiting for us
         }
       }
-      if (!joined[q] && fatal.empty() && !ProcessAlive(o.pids[q]))
-        fatal = std::string(o.target) + ": " + Who(o, q) + " exited before joining call " + call;
+      // Its process: from the caller, else from its segment once it has one.
+      const int64_t pid = o.pids[q] != 0 ? o.pids[q] : segments[q] ? segments[q]->header()->pid : 0;
+      if (!joined[q] && fatal.empty() && !ProcessAlive(pid))
+        fatal = std::string(o.target) + ": " + Who(o, q, pid) + " exited before joining call " +
+                call;
     }
     if (fatal.empty() && arrived < ndev) {
       if (Elapsed(start) > seconds) {
@@ -476,8 +482,11 @@ ffi::Error JoinAcrossProcesses(const Operands& o, const Problem& p, Device& dev,
   while (true) {
     state = h->state.load(std::memory_order_acquire);
     if (state == kDone || state == kAborted) break;
-    if (!ProcessAlive(o.pids[0])) {
-      error = std::string(o.target) + ": " + Who(o, 0) + ", the leader of call " + call +
+    // The leader's process: from the caller, else from the leader itself once it has taken
+    // this segment (until then the deadline below bounds the wait).
+    const int64_t leader = o.pids[0] != 0 ? o.pids[0] : state == kTaken ? h->leader_pid : 0;
+    if (!ProcessAlive(leader)) {
+      error = std::string(o.target) + ": " + Who(o, 0, leader) + ", the leader of call " + call +
               ", exited " + (state == kTaken ? "while computing" : "before joining");
       break;
     }

@@ -1,6 +1,7 @@
 """The original README's shard_map example: shift the diagonal, then solve, in complex64.
 
-Runs on GPUs when there are any, otherwise on 2 simulated CPU devices (the LAPACK twin).
+Unchanged apart from the device list: it runs on GPUs when there are any, otherwise on 2
+simulated CPU devices (the LAPACK twin).
 """
 
 from functools import partial
@@ -35,10 +36,10 @@ diag_shift = 1e-1
 
 @partial(jax.jit, static_argnames=("_T_A",))
 def shift_and_solve(_a, _b, _ds, _T_A):
-    idx = jnp.arange(_a.shape[1])
+    idx = jnp.arange(_a.shape[0])
     shard_size = _a.shape[1]
     # Add shift based on index.
-    _a = _a.at[idx + shard_size * jax.lax.axis_index("x"), idx].add(_ds.astype(_a.dtype))
+    _a = _a.at[idx + shard_size * jax.lax.axis_index("x"), idx].add(_ds)
     jax.debug.print("dev{}:_a=\n{}\n", jax.lax.axis_index("x"), _a)
     # Call solver in shard_map context
     return potrs_no_shardmap(_a, _b, _T_A)
@@ -56,7 +57,7 @@ def jitted_potrs(_a, _b, _ds, _T_A):
     return out
 
 
-out, status = jitted_potrs(A, b, jnp.float32(diag_shift), T_A)
+out, status = jitted_potrs(A, b, diag_shift, T_A)
 print(f"Status: {status}")
 expected_out = 1.0 / (jnp.arange(N, dtype=dtype) + 1 + diag_shift)
 print(jnp.allclose(out.flatten(), expected_out))

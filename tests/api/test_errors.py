@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import NamedSharding
+from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import jaxmg
@@ -52,7 +52,7 @@ def test_integer_dtype(mesh):
 
 @pytest.mark.parametrize("T_A", [0, -3])
 def test_nonpositive_tile(a, T_A):
-    with pytest.raises(ValueError, match=f"T_A must be a positive int, got {T_A}"):
+    with pytest.raises(ValueError, match=f"T_A must be a positive int or None .*, got {T_A}"):
         jaxmg.potri(a, T_A)
 
 
@@ -68,15 +68,6 @@ def test_non_integer_tile(a, T_A):
         jaxmg.potri(a, T_A)
 
 
-def test_shard_narrower_than_device_count(mesh):
-    if mesh.size < 2:
-        pytest.skip("needs 2 devices")
-    n = mesh.size  # one column per device: fewer than the device count only for 1 < ndev
-    a = jax.device_put(jnp.eye(n), NamedSharding(mesh, P(None, "x")))
-    with pytest.raises(ValueError, match=r"jaxmg.potri: each device holds 1 column"):
-        jaxmg.potri(a, 1)
-
-
 def test_two_axis_sharding(mesh):
     if mesh.size < 4 or mesh.size % 2:
         pytest.skip("needs an even number of at least 4 devices")
@@ -86,25 +77,89 @@ def test_two_axis_sharding(mesh):
         jaxmg.potri(a, 2)
 
 
-def test_replicated_matrix(mesh):
+def test_replicated_matrix_without_in_specs(mesh):
     a = jax.device_put(jnp.eye(4 * mesh.size), NamedSharding(mesh, P()))
-    with pytest.raises(ValueError, match="cannot find the sharding of A|exactly one mesh axis"):
+    with pytest.raises(ValueError, match="cannot find how to shard A: it is replicated.*in_specs="):
         jaxmg.potri(a, 2)
 
 
-def test_in_specs_inconsistent_with_sharding(a, mesh):
-    with pytest.raises(ValueError, match=r"A is sharded as .* but in_specs\[0\] is"):
-        jaxmg.potri(a, 2, mesh=mesh, in_specs=(P("x", None),))
+@pytest.mark.parametrize(
+    "in_specs, pattern",
+    [
+        (12345, "in_specs must be a PartitionSpec or a tuple of up to 2 .* got 12345 of type int"),
+        ("x", "in_specs must be a PartitionSpec .* got 'x' of type str"),
+        ((P(None, "x"), P(), P()), "tuple of up to 2 of them"),
+        ((None, P()), "in_specs entry for A must be a jax.sharding.PartitionSpec, got None"),
+        ((P(None, "x"), "x"), "in_specs entry for b must be .* got 'x' of type str"),
+    ],
+)
+def test_in_specs_of_the_wrong_type(a, mesh, in_specs, pattern):
+    with pytest.raises(TypeError, match=pattern):
+        jaxmg.potrs(a, jnp.ones(a.shape[0]), 2, mesh=mesh, in_specs=in_specs)
 
 
-def test_in_specs_wrong_length(a, mesh):
-    with pytest.raises(ValueError, match="in_specs must hold 2 PartitionSpec"):
-        jaxmg.potrs(a, jnp.ones(a.shape[0]), 2, mesh=mesh, in_specs=(P(None, "x"), P(), P()))
+def test_in_specs_naming_an_axis_the_mesh_lacks(a, mesh):
+    with pytest.raises(ValueError, match=r"mesh axis 'y' is not in the mesh axes \('x',\)"):
+        jaxmg.potri(a, 2, mesh=mesh, in_specs=P(None, "y"))
+    with pytest.raises(ValueError, match=r"in_specs\[1\] \(b\) .* no axis 'y'"):
+        jaxmg.potrs(a, jnp.ones(a.shape[0]), 2, mesh=mesh, in_specs=(P(None, "x"), P("y")))
 
 
 def test_plain_array_without_mesh():
-    with pytest.raises(ValueError, match="(?i)pass mesh= and in_specs="):
+    with pytest.raises(ValueError, match="no jax.set_mesh is in effect: pass mesh="):
         jax.jit(lambda x: jaxmg.potri(x, 2))(np.eye(8))
+
+
+def test_mesh_that_is_not_a_mesh(a):
+    with pytest.raises(TypeError, match="mesh must be a jax.sharding.Mesh or AbstractMesh, got"):
+        jaxmg.potri(a, 2, mesh="x", in_specs=P(None, "x"))
+
+
+def test_empty_abstract_mesh(a):
+    """jax.sharding.get_abstract_mesh() outside jax.set_mesh is empty: said so, with the fix."""
+    with pytest.raises(ValueError, match="empty AbstractMesh .*jax.set_mesh"):
+        jaxmg.potri(a, 2, mesh=jax.sharding.get_abstract_mesh(), in_specs=P(None, "x"))
+
+
+def test_abstract_mesh_with_no_devices_known(mesh):
+    """An abstract mesh that neither A nor jax.set_mesh makes concrete cannot be run on."""
+    other = jax.make_mesh((mesh.size,), ("x",), axis_types=(AxisType.Auto,))
+    with pytest.raises(ValueError, match="is abstract and no concrete mesh with its devices"):
+        jaxmg.potri(np.eye(4 * mesh.size), 2, mesh=other.abstract_mesh, in_specs=P(None, "x"))
+
+
+@pytest.mark.parametrize(
+    "call, keyword",
+    [
+        (lambda A, b, m: jaxmg.potrs(A, b, 2, m, P(None, "x"), True), "return_status"),
+        (lambda A, b, m: jaxmg.potri(A, 2, m, P(None, "x"), True), "return_status"),
+        (lambda A, b, m: jaxmg.syevd(A, 2, m, P(None, "x"), False), "return_eigenvectors"),
+        (lambda A, b, m: jaxmg.potrs_no_shardmap(A, b, 2, True), "cyclic_1d"),
+    ],
+)
+def test_arguments_after_in_specs_are_keyword_only(a, mesh, call, keyword):
+    """jaxmg 0.0.x put return_status (or return_eigenvectors) sixth; the original README put
+    cyclic_1d there: a positional call written for either fails, naming the keyword, instead of
+    silently meaning something else."""
+    with pytest.raises(TypeError, match=f"keyword-only.*{keyword}"):
+        call(a, jnp.ones(a.shape[0]), mesh)
+
+
+def test_pad_false_refuses_a_tile_that_widens_the_blocks(a, mesh):
+    s = a.shape[0] // mesh.size  # 12
+    with pytest.raises(ValueError, match=r"pad=False, but T_A=5 does not divide the 12 .*\(2, 3, "):
+        jaxmg.potri(a, 5, pad=False)
+    with pytest.raises(TypeError, match="pad must be True or False, got 'no'"):
+        jaxmg.potri(a, 4, pad="no")
+    with pytest.raises(ValueError, match="pre-padded shards .*pad=False.* are not accepted"):
+        jaxmg.potri(jnp.ones((a.shape[0] + mesh.size, a.shape[0])), 5, pad=False)
+    assert jaxmg.potri(a, 4, pad=False).shape == a.shape  # 4 divides 12: nothing to widen
+    assert jaxmg.potri(a, s + 1, pad=False).shape == a.shape  # one tile per device
+
+
+def test_auto_tile_needs_the_layout_of_cyclic_input(a):
+    with pytest.raises(ValueError, match="with cyclic_1d=True pass the T_A that A was laid out"):
+        jaxmg.potri(a, cyclic_1d=True)
 
 
 def test_n_not_divisible(mesh):
@@ -195,3 +250,36 @@ def test_host_mesh_and_gather_to_hosts_in_one_process(cpu_devices):
     np.testing.assert_array_equal(np.asarray(rows), np.asarray(a))
     with pytest.raises(ValueError, match="2-D"):
         jaxmg.gather_to_hosts(a, jax.make_mesh((len(cpu_devices),), ("x",), devices=cpu_devices))
+
+
+def test_no_shardmap_outside_shard_map(a, mesh):
+    with pytest.raises(ValueError, match="no enclosing shard_map"):
+        jaxmg.potri_no_shardmap(a)
+    with jax.set_mesh(mesh), pytest.raises(ValueError, match="no enclosing shard_map"):
+        jaxmg.potri_shardmap_ctx(a)
+
+
+def test_no_shardmap_axis_that_cannot_be_told(mesh):
+    """Inside a shard_map over two axes of one size, the block could be split over either."""
+    if mesh.size < 4:
+        pytest.skip("needs 4 devices")
+    grid = jax.make_mesh((2, 2), ("a", "b"), devices=jax.devices()[:4])
+    n = 8
+    run = jax.shard_map(
+        lambda a: jaxmg.potri_no_shardmap(a)[0],
+        mesh=grid,
+        in_specs=P(None, "a"),
+        out_specs=P(None, "a"),
+        check_vma=False,
+    )
+    arg = jax.device_put(jnp.eye(n), NamedSharding(grid, P(None, "a")))
+    with pytest.raises(ValueError, match=r"cannot tell which axis .*\('a', 'b'\).*axis_name="):
+        run(arg)
+    with pytest.raises(ValueError, match="axis_name='c' is not an axis of the enclosing"):
+        jax.shard_map(
+            lambda a: jaxmg.potri_no_shardmap(a, axis_name="c")[0],
+            mesh=grid,
+            in_specs=P(None, "a"),
+            out_specs=P(None, "a"),
+            check_vma=False,
+        )(arg)

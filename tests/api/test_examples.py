@@ -55,3 +55,16 @@ def test_readme_python_blocks_run():
         assert done.returncode == 0, done.stderr
         verdicts = [line for line in done.stdout.splitlines() if line in ("True", "False")]
         assert verdicts and all(v == "True" for v in verdicts), done.stdout
+
+
+def test_demo_solves_and_passes_its_residual_check():
+    """``python -m jaxmg demo`` (the README's first command runs it): exit code 0 means the
+    scaled residual was under 30 and the status 0."""
+    done = subprocess.run(
+        [sys.executable, "-m", "jaxmg", "demo", "--n", "256", "--cpu-devices", "2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "T_A = automatic" in done.stdout and "status = 0" in done.stdout

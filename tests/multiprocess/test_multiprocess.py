@@ -24,9 +24,9 @@ import pytest
 WORKER = pathlib.Path(__file__).with_name("worker.py")
 SHM = pathlib.Path("/dev/shm")
 PREFIX = f"jaxmg-{os.geteuid()}-"
-# potrs, potri, syevd, syevd_values x 2 dtypes x 2 forms, plus not_pd and no_shardmap_refused,
-# for 2 sizes; plus done.
-SOLVE_CHECKS = (4 * 2 * 2 + 2) * 2 + 1
+# potrs, potri, syevd, syevd_values x 2 dtypes x 2 forms, plus not_pd, no_shardmap and
+# netket_style, for 2 sizes; plus first_call_jit and done.
+SOLVE_CHECKS = (4 * 2 * 2 + 3) * 2 + 2
 
 pytestmark = pytest.mark.skipif(not SHM.is_dir(), reason="no /dev/shm (POSIX shared memory)")
 
@@ -145,6 +145,22 @@ def test_a_dead_process_fails_the_others_within_the_deadline(scenario, who):
     assert who in report["error"] and "exited" in report["error"], report
     assert report["seconds"] < deadline / 2, report
     assert codes[0] == 0 and codes[1] != 0, (codes, output)  # process 1 was killed
+
+
+def test_a_leader_nobody_could_name_fails_the_others_at_the_deadline():
+    """Inside a user's shard_map jaxmg knows the job but not which process holds mesh position
+    0: a leader killed before the call makes the survivor fail at the deadline, naming the
+    position, instead of waiting for ever."""
+    deadline = 10.0
+    codes, checks, output = run_job(
+        "leader_dies_abstract", 2, env={"JAXMG_TIMEOUT_S": str(deadline)}
+    )
+    survivor = [c for c in checks if c["check"] == "survivor_error"]
+    assert len(survivor) == 1 and survivor[0]["ok"], output
+    report = survivor[0]
+    assert "timed out" in report["error"] and "mesh position 0" in report["error"], report
+    assert deadline <= report["seconds"] < 10 * deadline, report
+    assert codes[0] == 0 and codes[1] != 0, (codes, output)
 
 
 def test_multinode_recipe_two_processes_of_two_devices():

@@ -9,12 +9,15 @@ Every process builds the same matrices (seeded numpy), runs the scenario through
 API, and prints one JSON line per check, ``{"check": ..., "ok": bool, ...}``, compared here
 against numpy; the test reads them. Scenarios:
 
-- ``solve``: potrs, potri, syevd (values and vectors) x float64, complex64, both sharding
-  forms, plus a matrix that is not positive definite, and the *_no_shardmap refusal; one
-  device per process.
+- ``solve``: a first call under jit; potrs, potri, syevd (values and vectors) x float64,
+  complex64, both sharding forms, plus a matrix that is not positive definite, the
+  *_no_shardmap functions inside a user's shard_map and a NetKet-style call (abstract mesh
+  under jax.set_mesh); one device per process.
 - ``leader_dies``: one good call, then the leader's process (mesh position 0, process 1) is
   killed before its next call; the survivors must report it within the deadline.
 - ``member_dies``: the same with a non-leader (process 1 at mesh position 1) killed.
+- ``leader_dies_abstract``: ``leader_dies`` with the calls inside a user's shard_map, where
+  jaxmg does not know the leader's process: the survivor's wait ends at the deadline.
 - ``multinode``: several devices per process; the multi-node recipe (host_mesh,
   gather_to_hosts) solves on each process's own devices.
 - ``one_gpu``: two processes on one GPU: cuSolverMg needs distinct GPUs, so every process must
@@ -105,10 +108,10 @@ def solve(mesh, n, tile):
             case = {"dtype": np.dtype(dtype).name, "form": name, "n": n, "T_A": tile}
             x, status = jaxmg.potrs(a, place(b, mesh, P()), tile, return_status=True)
             res = scaled_residual(A, fetch(x), b)
-            report("potrs", res < 30 and int(fetch(status)[0]) == 0, residual=res, **case)
+            report("potrs", res < 30 and int(fetch(status)) == 0, residual=res, **case)
             inv, status = jaxmg.potri(a, tile, return_status=True)
             err = np.linalg.norm(fetch(inv) @ A - np.eye(n)) / (n * eps(dtype) * 1e3)
-            report("potri", err < 1 and int(fetch(status)[0]) == 0, error=err, **case)
+            report("potri", err < 1 and int(fetch(status)) == 0, error=err, **case)
             w, V = jaxmg.syevd(a, tile)
             V = fetch(V)
             w = fetch(w)
@@ -122,25 +125,78 @@ def solve(mesh, n, tile):
     bad = hermitian_pd(n, np.float64)
     bad[3, 3] = -1.0  # leading minor of order 4 not positive definite
     x, status = jaxmg.potrs(place(bad, mesh, P(None, "x")), jnp.ones(n), tile, return_status=True)
-    status = int(fetch(status)[0])
+    status = int(fetch(status))
     report("not_pd", status > 0 and np.isnan(fetch(x)).all(), status=status)
-    # Inside a user's shard_map only the abstract mesh is known: refused, with the way out.
-    body = functools.partial(jaxmg.potrs_no_shardmap, T_A=tile)
-    try:
-        jax.shard_map(body, mesh=mesh, in_specs=(P(None, "x"), P()), out_specs=(P(), P()))(
-            place(bad, mesh, P(None, "x")), place(np.ones(n), mesh, P())
-        )
-        report("no_shardmap_refused", False)
-    except ValueError as err:
-        report("no_shardmap_refused", "concrete mesh" in str(err), error=str(err))
+    # Inside a user's shard_map only the abstract mesh is known: the axis spans every process
+    # of the job with one device each, so jaxmg knows the mode (the leader's process id comes
+    # from the leader itself).
+    A = hermitian_pd(n, np.complex64, seed=2)
+    b = np.arange(1, n + 1, dtype=np.complex64) / n
+
+    def body(a, b):
+        x, s1 = jaxmg.potrs_no_shardmap(a, b, tile, sharded_by="rows")
+        inv, s2 = jaxmg.potri_no_shardmap(a, tile, sharded_by="rows")
+        w, v, s3 = jaxmg.syevd_no_shardmap(a, sharded_by="rows")  # T_A chosen by jaxmg
+        return x, inv, w, v, s1 + s2 + s3
+
+    rows = P("x", None)
+    run = jax.jit(
+        jax.shard_map(body, mesh=mesh, in_specs=(rows, P()), out_specs=(P(), rows, P(), rows, P()))
+    )
+    x, inv, w, v, status = (fetch(o) for o in run(place(A, mesh, rows), place(b, mesh, P())))
+    tol = 1e3 * n * eps(np.complex64)
+    report(
+        "no_shardmap",
+        int(status[0]) == 0
+        and np.allclose(x, np.linalg.solve(A, b), rtol=tol, atol=tol)
+        and np.allclose(inv, np.linalg.inv(A), rtol=tol, atol=tol)
+        and np.allclose(A @ v, v * w, atol=tol * np.abs(w).max()),
+        n=n,
+    )
+    # The same solve as NetKet calls it: under jit on an Auto-axis mesh set with jax.set_mesh,
+    # mesh=get_abstract_mesh(), in_specs deciding where the replicated A goes.
+    auto = jax.sharding.Mesh(mesh.devices, ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+    with jax.set_mesh(auto):
+        x = jax.jit(
+            lambda a, b: jaxmg.potrs(
+                a, b, T_A=tile, mesh=jax.sharding.get_abstract_mesh(), in_specs=P("x", None)
+            )
+        )(place(A, auto, P()), place(b, auto, P()))
+    report("netket_style", scaled_residual(A, fetch(x), b) < 30, n=n)
 
 
-def dies(mesh, n, tile, victim):
-    """A good call, then ``victim`` is killed before its next call; others must fail fast."""
+def first_call_under_jit(mesh):
+    """The first jaxmg call of the job is traced (as every runner of jaxmg 0.0.x's test suite
+    makes it): jaxmg learns the job's processes while the call is being traced."""
+    n = 4 * mesh.size
+    A = hermitian_pd(n, np.float64, seed=3)
+    b = np.ones((n, 1))
+    x = jax.jit(lambda a, b: jaxmg.potrs(a, b, 1, mesh=mesh))(
+        place(A, mesh, P(None, "x")), place(b, mesh, P())
+    )
+    report("first_call_jit", scaled_residual(A, fetch(x), b) < 30)
+
+
+def dies(mesh, n, tile, victim, abstract=False):
+    """A good call, then ``victim`` is killed before its next call; others must fail fast.
+
+    ``abstract``: the calls run inside a user's shard_map, where jaxmg does not know which
+    process holds which mesh position."""
     a_np = hermitian_pd(n, np.float64)
     a = jaxmg.cyclic_1d_layout(place(a_np, mesh, P(None, "x")), tile)
     b = place(np.ones(n), mesh, P())
-    x = jaxmg.potrs(a, b, tile, cyclic_1d=True)
+    if abstract:
+        solve = jax.jit(
+            jax.shard_map(
+                lambda a, b: jaxmg.potrs_no_shardmap(a, b, tile, cyclic_1d=True)[0],
+                mesh=mesh,
+                in_specs=(P(None, "x"), P()),
+                out_specs=P(),
+            )
+        )
+    else:
+        solve = functools.partial(jaxmg.potrs, T_A=tile, cyclic_1d=True)
+    x = solve(a, b)
     report("first_call", scaled_residual(a_np, fetch(x), np.ones(n)) < 30)
     if process_id == victim:
         time.sleep(1.0)
@@ -149,7 +205,7 @@ def dies(mesh, n, tile, victim):
     try:
         # No collective runs before the native call (cyclic input, replicated b): the survivors
         # reach the rendezvous while the victim is still alive, then see it die.
-        jax.block_until_ready(jaxmg.potrs(a, b, tile, cyclic_1d=True))
+        jax.block_until_ready(solve(a, b))
         report("survivor_error", False, error="the call succeeded without the dead process")
     except Exception as err:  # noqa: BLE001 - the test reads the message
         report("survivor_error", True, error=str(err), seconds=time.monotonic() - start)
@@ -186,14 +242,15 @@ def one_gpu(n, tile):
 
 if scenario == "solve":
     mesh = jax.make_mesh((jax.device_count(),), ("x",))
+    first_call_under_jit(mesh)
     solve(mesh, n=6 * jax.device_count(), tile=2)
     solve(mesh, n=5 * jax.device_count(), tile=3)
-elif scenario in ("leader_dies", "member_dies"):
+elif scenario in ("leader_dies", "member_dies", "leader_dies_abstract"):
     devices = sorted(jax.devices(), key=lambda d: d.process_index)
-    if scenario == "leader_dies":
+    if scenario.startswith("leader_dies"):
         devices = devices[1:2] + devices[:1] + devices[2:]  # process 1 at mesh position 0
     mesh = jax.sharding.Mesh(np.array(devices), ("x",))
-    dies(mesh, n=4 * len(devices), tile=2, victim=1)
+    dies(mesh, n=4 * len(devices), tile=2, victim=1, abstract=scenario.endswith("abstract"))
 elif scenario == "multinode":
     multinode(n=8 * jax.device_count(), tile=4)
 elif scenario == "one_gpu":

@@ -42,16 +42,28 @@ from ._solvers import (
     potri_no_shardmap as potri_no_shardmap,
 )
 from ._solvers import (
+    potri_shardmap_ctx as potri_shardmap_ctx,
+)
+from ._solvers import (
+    potri_symmetrize as potri_symmetrize,
+)
+from ._solvers import (
     potrs as potrs,
 )
 from ._solvers import (
     potrs_no_shardmap as potrs_no_shardmap,
 )
 from ._solvers import (
+    potrs_shardmap_ctx as potrs_shardmap_ctx,
+)
+from ._solvers import (
     syevd as syevd,
 )
 from ._solvers import (
     syevd_no_shardmap as syevd_no_shardmap,
+)
+from ._solvers import (
+    syevd_shardmap_ctx as syevd_shardmap_ctx,
 )
 
 __version__ = "0.1.0"

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
+from jax.sharding import PartitionSpec as P
 
 import jaxmg_layout
 
@@ -14,6 +17,11 @@ _DTYPE_NAMES = ", ".join(d.name for d in SUPPORTED_DTYPES)
 #: cuSolverMg's syevd refuses column tiles wider than this (reported by the earlier jaxmg; the
 #: GPU path has not yet run on hardware in this project, so the limit is not re-measured).
 SYEVD_MAX_TILE = 1024
+
+#: The automatic tile on GPUs (``T_A=None``): the widest tile each routine gets, and the
+#: narrowest that cuSolverMg recommends ("256 or above"). See :func:`auto_tile`.
+GPU_TILE_CAP = {"potrs": 4096, "potri": 4096, "syevd": SYEVD_MAX_TILE}
+GPU_TILE_MIN = 256
 
 
 RELAYOUTS = ("native", "jax")
@@ -68,12 +76,104 @@ def rhs_shape(b, n: int, dtype: np.dtype, fn: str) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def tile_size(T_A, fn: str) -> int:
+def tile_size(T_A, fn: str) -> int | None:
+    """``T_A`` as an int, or ``None`` (chosen later by :func:`auto_tile`)."""
+    if T_A is None:
+        return None
     if isinstance(T_A, bool) or not isinstance(T_A, (int, np.integer)):
-        raise TypeError(f"{fn}: T_A must be a positive int, got {T_A!r}.")
+        raise TypeError(f"{fn}: T_A must be a positive int or None (automatic), got {T_A!r}.")
     if T_A <= 0:
-        raise ValueError(f"{fn}: T_A must be a positive int, got {T_A}.")
+        raise ValueError(f"{fn}: T_A must be a positive int or None (automatic), got {T_A}.")
     return int(T_A)
+
+
+def auto_tile(n: int, ndev: int, routine: str, platform: str) -> int:
+    """The tile size ``T_A=None`` stands for.
+
+    With ``s = N / ndev`` columns per device:
+
+    - CPU devices: ``s``. The LAPACK twin makes one library call whatever the tile, so the
+      fastest call is the one with no relayout (the CPU tile sweep in ``benchmarks/results``).
+    - GPUs: ``s`` when ``s`` is at most the routine's cap (``GPU_TILE_CAP``: 4096 for potrs and
+      potri, the tile NetKet's jaxmg authors default to; 1024 for syevd, cuSolverMg's limit):
+      no relayout. Wider shards get the widest tile between 256 (cuSolverMg's recommended
+      minimum) and the cap that divides ``s`` (whole tiles move), else the cap.
+    """
+    s = n // ndev
+    if platform != "gpu":
+        return s
+    cap = GPU_TILE_CAP[routine]
+    if s <= cap:
+        return s
+    return next((t for t in range(cap, GPU_TILE_MIN - 1, -1) if s % t == 0), cap)
+
+
+def resolve_tile(T_A, n: int, ndev: int, routine: str, platform: str, fn: str) -> int:
+    """The tile size a call runs with: ``T_A``, or :func:`auto_tile` for ``None``; on GPUs a
+    syevd tile over cuSolverMg's limit is lowered to it with a warning, as jaxmg 0.0.x did."""
+    if T_A is None:
+        return auto_tile(n, ndev, routine, platform)
+    if routine == "syevd" and platform == "gpu" and min(T_A, n // ndev) > SYEVD_MAX_TILE:
+        warnings.warn(
+            f"{fn}: cuSolverMg's syevd accepts column tiles of at most {SYEVD_MAX_TILE}; "
+            f"T_A={T_A} is lowered to {SYEVD_MAX_TILE}.",
+            UserWarning,
+            stacklevel=5,
+        )
+        return SYEVD_MAX_TILE
+    return T_A
+
+
+def unpadded(pad, layout: jaxmg_layout.CyclicPlan, fn: str) -> None:
+    """``pad=False`` (jaxmg 0.0.x): the caller promises jaxmg need not widen A's blocks to
+    whole tiles. Refuses a tile that would need it, naming tiles that would not."""
+    if not isinstance(pad, (bool, np.bool_)):
+        raise TypeError(f"{fn}: pad must be True or False, got {pad!r}.")
+    s = layout.shard_size
+    if pad or not layout.needs_relayout or s % layout.tile == 0:
+        return
+    divisors = ", ".join(str(t) for t in [t for t in range(2, s) if s % t == 0][-5:])
+    raise ValueError(
+        f"{fn}: pad=False, but T_A={layout.T_A} does not divide the {s} rows/columns each "
+        "device holds, so A's blocks would be widened to whole tiles. Use pad=True (the "
+        f"default), a T_A of at least {s} (no relayout)"
+        + (f", or one that divides {s} ({divisors})." if divisors else ".")
+    )
+
+
+def in_specs(value, fn: str, arrays: tuple[str, ...]) -> tuple:
+    """``in_specs`` as one entry per array argument (``None`` where not given).
+
+    Accepted: ``None``, a ``PartitionSpec`` (for ``A``), or a tuple/list of one
+    ``PartitionSpec`` per array argument (``b``'s may be left out or ``None``).
+    """
+    if value is None:
+        return (None,) * len(arrays)
+    specs = (value,) if isinstance(value, P) else value
+    if not isinstance(specs, (tuple, list)) or not 1 <= len(specs) <= len(arrays):
+        raise TypeError(
+            f"{fn}: in_specs must be a PartitionSpec or a tuple of up to {len(arrays)} of them "
+            f"(one per argument {', '.join(arrays)}), got {value!r} of type "
+            f"{type(value).__name__}."
+        )
+    for name, spec in zip(arrays, specs, strict=False):
+        if not isinstance(spec, P) and not (spec is None and name != arrays[0]):
+            raise TypeError(
+                f"{fn}: in_specs entry for {name} must be a jax.sharding.PartitionSpec, got "
+                f"{spec!r} of type {type(spec).__name__}."
+            )
+    return tuple(specs) + (None,) * (len(arrays) - len(specs))
+
+
+def keyword_only(fn: str, extra: tuple, was: str) -> None:
+    """Positional arguments past ``in_specs`` are refused: older jaxmg releases put other
+    arguments there, so taking them would silently change a call's meaning."""
+    if extra:
+        raise TypeError(
+            f"{fn}: the arguments after in_specs are keyword-only, got {len(extra)} more "
+            f"positional argument(s) {extra!r}. In earlier jaxmg releases the next positional "
+            f"argument was {was}: pass it by name."
+        )
 
 
 def plan(n: int, ndev: int, T_A: int, fn: str) -> jaxmg_layout.CyclicPlan:

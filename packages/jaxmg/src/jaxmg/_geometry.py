@@ -86,9 +86,18 @@ def _axis_and_form(spec, where: str) -> tuple[str, Form]:
     raise ValueError(f"{where} is {spec!r}; jaxmg accepts {_ACCEPTED}.")
 
 
-def _concrete_sharding(a):
-    """The NamedSharding of a concrete array, or the abstract one of a tracer (Explicit axes)."""
-    sharding = getattr(a, "sharding", None)
+def is_tracer(x) -> bool:
+    """Whether ``x`` is a value being traced (under ``jit``, ``vmap``, ...), not a concrete one."""
+    return isinstance(x, jax.core.Tracer)
+
+
+def _carried_sharding(a):
+    """The NamedSharding ``a`` carries: a concrete array's, or the one in a tracer's type.
+
+    Under ``jit`` a tracer's type names the abstract mesh of its argument (with the spec on
+    Explicit axes; on Auto axes the spec is all None). ``None`` when ``a`` carries no mesh.
+    """
+    sharding = getattr(a, "sharding", None) if not is_tracer(a) else None
     if isinstance(sharding, NamedSharding):
         return sharding
     try:
@@ -96,9 +105,62 @@ def _concrete_sharding(a):
     except Exception:  # not a JAX value: validated elsewhere
         return None
     if isinstance(aval_sharding, NamedSharding) and not aval_sharding.mesh.empty:
-        if any(entry is not None for entry in aval_sharding.spec):
-            return aval_sharding
+        return aval_sharding
     return None
+
+
+def _outside_jit_mesh():
+    """The concrete mesh of ``jax.set_mesh`` when not tracing (``get_mesh`` refuses under jit)."""
+    try:
+        mesh = jax.sharding.get_mesh()
+    except ValueError:
+        return None
+    return None if mesh is None or mesh.empty else mesh
+
+
+def _solver_mesh(mesh, carried, in_spec, argname: str):
+    """The mesh the call runs on: the concrete one where it can be found, else abstract.
+
+    ``mesh`` may be a ``Mesh``, an ``AbstractMesh`` (``jax.sharding.get_abstract_mesh()``, as
+    NetKet passes it) or ``None``: then the mesh ``A`` carries, else the one of ``jax.set_mesh``.
+    An abstract mesh is made concrete from ``A``'s own mesh or, outside ``jit``, from
+    ``jax.set_mesh``; under ``jit`` it stays abstract, which is usable where it is the context
+    mesh or the mesh of ``A``'s type (XLA then knows the devices).
+    """
+    if mesh is None:
+        axis_wanted = None if in_spec is None else _axis_and_form(in_spec, "in_specs[0]")[0]
+        if carried is not None and (axis_wanted is None or axis_wanted in carried.mesh.axis_names):
+            mesh = carried.mesh
+        else:
+            mesh = jax.sharding.get_abstract_mesh()
+            if mesh.empty:
+                raise ValueError(
+                    f"{argname} carries no mesh and no jax.set_mesh is in effect: pass mesh= (a "
+                    "jax.sharding.Mesh, or jax.sharding.get_abstract_mesh() under jax.set_mesh)"
+                    f" and in_specs=, with {_ACCEPTED}."
+                )
+    if isinstance(mesh, jax.sharding.Mesh):
+        return mesh
+    if not isinstance(mesh, jax.sharding.AbstractMesh):
+        raise TypeError(
+            f"mesh must be a jax.sharding.Mesh or AbstractMesh, got {type(mesh).__name__}."
+        )
+    if mesh.empty:
+        raise ValueError(
+            "mesh= is an empty AbstractMesh (jax.sharding.get_abstract_mesh() with no "
+            "jax.set_mesh in effect): pass the jax.sharding.Mesh, or call under "
+            "jax.set_mesh(mesh)."
+        )
+    for known in (getattr(carried, "mesh", None), _outside_jit_mesh()):
+        if isinstance(known, jax.sharding.Mesh) and known.abstract_mesh == mesh:
+            return known
+    if mesh != jax.sharding.get_abstract_mesh() and getattr(carried, "mesh", None) != mesh:
+        raise ValueError(
+            f"mesh={mesh} is abstract and no concrete mesh with its devices is known here: "
+            f"{argname} does not live on it and it is not the mesh of jax.set_mesh. Pass the "
+            "jax.sharding.Mesh, or call under jax.set_mesh(mesh)."
+        )
+    return mesh
 
 
 def _platform(mesh) -> str:
@@ -137,10 +199,9 @@ def local_slice(owners: np.ndarray, me: int, axis: str, shape: dict) -> int:
 
 def _participants(mesh, axis: str, platform: str):
     """``(device_ids, job, pids)`` of this process's slice of ``axis``, in mesh order."""
-    ndev = dict(mesh.shape)[axis]
     if not isinstance(mesh, jax.sharding.Mesh):
-        _check_single_slice(mesh, axis)
-        return (UNKNOWN_DEVICE,) * ndev, 0, ()
+        return _abstract_participants(mesh, axis, platform)
+    ndev = dict(mesh.shape)[axis]
     grid = np.moveaxis(mesh.devices, mesh.axis_names.index(axis), -1).reshape(-1, ndev)
     owners = np.vectorize(lambda d: d.process_index, otypes=[np.int64])(grid)
     r = local_slice(owners, jax.process_index(), axis, dict(mesh.shape))
@@ -151,15 +212,61 @@ def _participants(mesh, axis: str, platform: str):
         ids = tuple(int(d.id) for d in row)
     if _processes.classify(owners[r], axis) == "single":
         return ids, 0, ()
-    job = _processes.job()
-    _processes.check_one_host(owners[r], job.hosts, axis)
+    job = _multi_process_job(owners[r], ndev, axis, platform)
     if platform == "gpu":
-        _processes.check_gpu_multiprocess_enabled(axis)
-        _processes.check_gpus_visible(ndev, axis)
         # Remote devices have no local hardware id here; the native leader finds each GPU by
         # its PCI bus id, and the ids only name the call.
         ids = tuple(int(d.id) for d in row)
     return ids, job.token, tuple(job.pids[int(p)] for p in owners[r])
+
+
+def _multi_process_job(processes, ndev: int, axis: str, platform: str) -> _processes.Job:
+    """The job's shared facts, after checking the multi-process mode may run on ``processes``."""
+    job = _processes.job()
+    _processes.check_one_host(processes, job.hosts, axis)
+    if platform == "gpu":
+        _processes.check_gpu_multiprocess_enabled(axis)
+        _processes.check_gpus_visible(ndev, axis)
+    return job
+
+
+def _abstract_participants(mesh, axis: str, platform: str):
+    """``(device_ids, job, pids)`` when only the abstract mesh is known (under ``jit`` without a
+    concrete mesh, or inside a user's ``shard_map``).
+
+    The devices are then unknown (``UNKNOWN_DEVICE``: each participant takes its own), and so
+    is which process holds which mesh position (``pids`` of 0: the native protocol learns the
+    leader's process when it arrives). Two setups can be told apart from the job alone: one
+    process driving every device of the axis, and an axis over every device of the job with
+    one device per process. Anything else needs the concrete mesh.
+    """
+    _check_single_slice(mesh, axis)
+    ndev = dict(mesh.shape)[axis]
+    unknown = (UNKNOWN_DEVICE,) * ndev
+    if jax.process_count() == 1:
+        return unknown, 0, ()
+    local = jax.local_device_count(platform)
+    if ndev == jax.device_count(platform) and local == 1:
+        processes = list(range(jax.process_count()))
+        job = _multi_process_job(processes, ndev, axis, platform)
+        return unknown, job.token, (0,) * ndev
+    raise ValueError(
+        f"cannot tell which processes hold the {ndev} devices of mesh axis {axis!r} from the "
+        f"abstract mesh {dict(mesh.shape)} ({jax.process_count()} processes with {local} "
+        f"{platform} device(s) each): pass the concrete jax.sharding.Mesh as mesh= (for the "
+        "*_no_shardmap functions, call jaxmg.potrs/potri/syevd with it instead)."
+    )
+
+
+def check_spec_axes(spec, mesh, where: str) -> None:
+    """Raises ValueError when ``spec`` names an axis ``mesh`` does not have."""
+    for entry in spec:
+        for name in entry if isinstance(entry, tuple) else (entry,):
+            if name is not None and name not in mesh.axis_names:
+                raise ValueError(
+                    f"{where} is {spec!r}, but the mesh has no axis {name!r} (axes: "
+                    f"{mesh.axis_names})."
+                )
 
 
 def check_device_count(ndev: int, platform: str, axis: str) -> None:
@@ -171,37 +278,26 @@ def check_device_count(ndev: int, platform: str, axis: str) -> None:
 
 
 def resolve(a, mesh=None, in_spec=None, *, argname: str = "A") -> Geometry:
-    """Work out mesh, axis and form of ``a`` from its sharding or from ``mesh``/``in_spec``.
+    """Work out mesh, axis and form of ``a`` from ``mesh``/``in_spec`` or from its sharding.
+
+    ``in_spec``, when given, decides where ``a`` goes (the caller then places it so, whatever
+    its sharding now); else ``a``'s own sharding does. ``mesh`` as in :func:`_solver_mesh`.
 
     Raises ValueError naming what was found and what is accepted when the sharding is not one
-    jaxmg can solve on, or when ``mesh``/``in_spec`` contradict the sharding ``a`` carries.
+    jaxmg can solve on.
     """
-    found = _concrete_sharding(a)
-    if (mesh is None) != (in_spec is None) and found is None:
-        raise ValueError(
-            f"{argname} carries no sharding, so pass both mesh= and in_specs= "
-            f"(got mesh={mesh!r}, in_specs entry {in_spec!r})."
-        )
+    carried = _carried_sharding(a)
+    mesh = _solver_mesh(mesh, carried, in_spec, argname)
     if in_spec is not None:
         axis, form = _axis_and_form(in_spec, "in_specs[0]")
-        if found is not None:
-            found_spec = _normalise(found.spec)
-            if found_spec != _normalise(in_spec):
-                raise ValueError(
-                    f"{argname} is sharded as {found.spec!r} but in_specs[0] is {in_spec!r}; "
-                    "they must agree (or omit in_specs to use the array's own sharding)."
-                )
-        mesh = mesh if mesh is not None else found.mesh
-    elif found is not None:
-        axis, form = _axis_and_form(found.spec, f"the sharding of {argname}")
-        if mesh is not None and found.mesh.shape != mesh.shape:
-            raise ValueError(f"{argname} lives on mesh {found.mesh} but mesh={mesh} was given.")
-        mesh = mesh if mesh is not None else found.mesh
+    elif carried is not None and any(entry is not None for entry in carried.spec):
+        axis, form = _axis_and_form(carried.spec, f"the sharding of {argname}")
     else:
         raise ValueError(
-            f"cannot find the sharding of {argname}: it is not a sharded jax.Array (inside jit "
-            "on a mesh with Auto axes the sharding is not visible). Pass mesh= and in_specs=, "
-            f"with {_ACCEPTED}."
+            f"cannot find how to shard {argname}: it is "
+            + ("replicated" if carried is not None else "not a sharded jax.Array")
+            + " (inside jit on a mesh with Auto axes the sharding is not visible). Pass "
+            f"in_specs= (and mesh=, unless jax.set_mesh is in effect), with {_ACCEPTED}."
         )
     if axis not in mesh.axis_names:
         raise ValueError(f"mesh axis {axis!r} is not in the mesh axes {mesh.axis_names}.")
@@ -216,25 +312,36 @@ def resolve(a, mesh=None, in_spec=None, *, argname: str = "A") -> Geometry:
     return Geometry(mesh, axis, form, len(device_ids), platform, device_ids, job, pids)
 
 
-def from_abstract_mesh(axis_name: str, form: Form) -> Geometry:
-    """The geometry inside a user's ``shard_map``, where only the abstract mesh is known."""
+def from_abstract_mesh(axis_name: str | None, form: Form, fits) -> Geometry:
+    """The geometry inside a user's ``shard_map``, where only the abstract mesh is known.
+
+    ``axis_name=None`` picks the one mesh axis whose size ``fits(size)`` says the local block
+    is split over (jaxmg 0.0.x's ``*_shardmap_ctx`` functions took no axis name).
+    """
     mesh = jax.sharding.get_abstract_mesh()
-    if mesh.empty or axis_name not in mesh.axis_names:
+    manual = mesh.manual_axes if not mesh.empty else ()
+    if not manual:
+        raise ValueError(
+            "no enclosing shard_map: the *_no_shardmap / *_shardmap_ctx functions must be "
+            "called inside jax.shard_map on local blocks (else call jaxmg.potrs/potri/syevd)."
+        )
+    if axis_name is None:
+        names = [name for name in manual if fits(dict(mesh.shape)[name])]
+        if len(names) != 1:
+            raise ValueError(
+                f"cannot tell which axis of the enclosing shard_map (axes {manual}) the local "
+                "block is split over"
+                + (f" ({names} all fit)" if names else " (none fits its shape)")
+                + "; pass axis_name=."
+            )
+        axis_name = names[0]
+    if axis_name not in manual:
         raise ValueError(
             f"axis_name={axis_name!r} is not an axis of the enclosing shard_map (axes: "
-            f"{getattr(mesh, 'axis_names', ())}); the *_no_shardmap functions must be called "
-            "inside jax.shard_map on local shards."
+            f"{manual}); the *_no_shardmap functions must be called inside jax.shard_map on "
+            "local blocks."
         )
-    _check_single_slice(mesh, axis_name)
-    ndev = dict(mesh.shape)[axis_name]
     platform = _platform(mesh)
-    local = jax.local_device_count(platform)
-    if ndev > local:
-        raise ValueError(
-            f"axis {axis_name!r} has {ndev} devices but this process drives {local} {platform} "
-            "devices: inside a user's shard_map jaxmg cannot tell which processes hold them. "
-            "In a multi-process job call jaxmg.potrs/potri/syevd with the concrete mesh instead "
-            "of the *_no_shardmap functions."
-        )
-    check_device_count(ndev, platform, axis_name)
-    return Geometry(mesh, axis_name, form, ndev, platform, (UNKNOWN_DEVICE,) * ndev)
+    device_ids, job, pids = _abstract_participants(mesh, axis_name, platform)
+    check_device_count(len(device_ids), platform, axis_name)
+    return Geometry(mesh, axis_name, form, len(device_ids), platform, device_ids, job, pids)

@@ -16,6 +16,7 @@ devices of it) is refused with an error that says what was found; for several ho
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import functools
 import hashlib
@@ -54,19 +55,27 @@ def job() -> Job:
     """The job's shared facts, gathered once with one collective over every process.
 
     Every process must reach its first multi-process jaxmg call (they all do: a jax.distributed
-    program runs the same calls in the same order).
+    program runs the same calls in the same order). That call may be traced (the first call of
+    a job is often under ``jit``), and a collective cannot run inside a trace; tracing state
+    belongs to a thread, so the gather runs on a thread of its own.
     """
-    from jax.experimental import multihost_utils
-
-    mine = np.array(
-        [os.getpid(), _host_hash(), int.from_bytes(os.urandom(8), "little") >> 1 | 1], np.int64
-    )
-    table = np.asarray(multihost_utils.process_allgather(mine)).reshape(-1, 3)
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="jaxmg-job") as pool:
+        table = pool.submit(_gather_job_table).result()
     return Job(
         token=int(table[0, 2]),
         pids=tuple(int(p) for p in table[:, 0]),
         hosts=tuple(int(h) for h in table[:, 1]),
     )
+
+
+def _gather_job_table() -> np.ndarray:
+    """``[processes, 3]``: each process's (pid, host hash, random token)."""
+    from jax.experimental import multihost_utils
+
+    mine = np.array(
+        [os.getpid(), _host_hash(), int.from_bytes(os.urandom(8), "little") >> 1 | 1], np.int64
+    )
+    return np.asarray(multihost_utils.process_allgather(mine)).reshape(-1, 3)
 
 
 def classify(processes, axis: str) -> str:

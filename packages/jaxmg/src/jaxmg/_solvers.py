@@ -212,7 +212,9 @@ def _potri_local(a, *, T_A, n, cyclic, relayout, geometry, fn):
     return (_relayout(inv, T_A, geometry) if cyclic else inv), status
 
 
-def _syevd_local(a, *, T_A, n, cyclic, relayout, vectors, geometry, fn):
+def _syevd_local(a, *, T_A, n, cyclic, relayout, vectors, geometry, fn, v_columns=False):
+    """``v_columns``: return this device's column block ``V[:, blk]`` whatever the form of ``a``
+    (jaxmg 0.0.x's ``syevd_shardmap_ctx``); else ``V``'s block in the form of ``a``."""
     native = backend_for(geometry.platform, fn)
     route = _Route(T_A, n, geometry, cyclic, relayout)
     v_rows, w, status = native.mg_syevd(
@@ -229,7 +231,10 @@ def _syevd_local(a, *, T_A, n, cyclic, relayout, vectors, geometry, fn):
     if geometry.form == "cols":
         return w, (v_rows.T if cyclic else route.from_native(v_rows)), status
     # The solver saw conj(A): its eigenvector columns are conj(V), which read back by rows is
-    # V^H. One conjugate transpose gives the rows of V.
+    # V^H, whose local conjugate transpose is the column block of V. The rows of V take one
+    # conjugate transpose across devices.
+    if v_columns:
+        return w, jnp.conj(route.from_native(v_rows)).T, status
     v = _conj_transpose_rows(route.from_native(v_rows), geometry.axis)
     return w, (_relayout(v, T_A, geometry) if cyclic else v), status
 
@@ -238,16 +243,20 @@ def _syevd_local(a, *, T_A, n, cyclic, relayout, vectors, geometry, fn):
 
 
 def _placed(x, mesh, spec):
-    """``x`` sharded as ``spec`` over ``mesh`` (a no-op when it already is).
+    """``x`` sharded as ``spec`` over ``mesh`` (a no-op when it already is), from any sharding.
 
-    ``reshard`` where the axes are Explicit (and on an abstract mesh), ``device_put`` where
-    they are Auto (``reshard`` refuses Auto axes). Not ``device_put`` on Explicit axes: under
-    ``jax.vmap`` it puts the batch dimension last in the sharding (P(None, 'x') becomes
-    P(None, 'x', None)), which jax 0.12's ``shard_map`` no longer repairs.
+    A concrete array goes there with ``device_put`` (from any devices). A traced one: with
+    ``reshard`` where the axes are Explicit, with a sharding constraint where they are Auto
+    (``reshard`` refuses Auto axes). Not ``device_put`` on Explicit axes: under ``jax.vmap`` it
+    puts the batch dimension last in the sharding (P(None, 'x') becomes P(None, 'x', None)),
+    which jax 0.12's ``shard_map`` no longer repairs.
     """
-    if isinstance(mesh, jax.sharding.Mesh) and not _explicit(mesh, spec):
-        return jax.device_put(x, NamedSharding(mesh, spec))
-    return jax.sharding.reshard(x, NamedSharding(mesh, spec))
+    sharding = NamedSharding(mesh, spec)
+    if not _geometry.is_tracer(x) and isinstance(mesh, jax.sharding.Mesh):
+        return jax.device_put(x, sharding)
+    if _explicit(mesh, spec):
+        return jax.sharding.reshard(x, sharding)
+    return jax.lax.with_sharding_constraint(x, sharding)
 
 
 def _explicit(mesh, spec) -> bool:
@@ -313,6 +322,14 @@ def _syevd_program(a, *, T_A, n, cyclic, relayout, vectors, geometry, fn):
 
 # --- public API ------------------------------------------------------------------------------
 
+#: What the first positional argument after ``in_specs`` meant in earlier jaxmg releases.
+_POTRS_WAS = (
+    "return_status (jaxmg 0.0.2-0.0.9) or cyclic_1d (the original README's jaxmg), e.g. "
+    "return_status=True"
+)
+_POTRI_WAS = _POTRS_WAS
+_SYEVD_WAS = "return_eigenvectors (jaxmg 0.0.x), e.g. return_eigenvectors=False"
+
 
 def _statics(T_A, n, cyclic_1d, relayout, geometry, fn):
     """The static arguments every local body and program takes, ``relayout`` checked."""
@@ -326,47 +343,73 @@ def _statics(T_A, n, cyclic_1d, relayout, geometry, fn):
     )
 
 
-def _prepare(A, T_A, mesh, in_specs, cyclic_1d, relayout, fn, n_specs):
+def _tile(T_A, n, geometry, cyclic_1d, pad, routine, fn):
+    """The checked tile size of a call (``T_A=None``: automatic); raises for ``pad=False``
+    with a tile that would widen A's blocks."""
+    if T_A is None and cyclic_1d:
+        raise ValueError(
+            f"{fn}: with cyclic_1d=True pass the T_A that A was laid out with "
+            "(jaxmg.cyclic_1d_layout(A, T_A)); T_A=None is for block-sharded A."
+        )
+    T_A = _checks.resolve_tile(T_A, n, geometry.ndev, routine, geometry.platform, fn)
+    _checks.unpadded(pad, _checks.plan(n, geometry.ndev, T_A, fn), fn)
+    return T_A
+
+
+def _prepare(A, T_A, mesh, spec, cyclic_1d, relayout, pad, fn, routine):
     """Validate the arguments and resolve the geometry; returns ``(statics, A's dtype)``."""
     dtype = _checks.matrix_dtype(A, fn)
     T_A = _checks.tile_size(T_A, fn)
-    if in_specs is not None:
-        specs = (in_specs,) if isinstance(in_specs, P) else tuple(in_specs)
-        if len(specs) not in (1, n_specs):
-            raise ValueError(
-                f"{fn}: in_specs must hold {n_specs} PartitionSpec(s) (one per array "
-                f"argument), got {in_specs!r}."
-            )
-        in_spec = specs[0]
-    else:
-        in_spec = None
-    geometry = _geometry.resolve(A, mesh, in_spec)
+    if not cyclic_1d and A.shape[0] != A.shape[1] and pad is False:
+        raise ValueError(
+            f"{fn}: A must be square [N, N], got shape {tuple(A.shape)}. jaxmg takes A "
+            "unpadded: jaxmg 0.0.x's pre-padded shards (pad=False) are not accepted; pass the "
+            "N x N matrix."
+        )
+    geometry = _geometry.resolve(A, mesh, spec)
     if cyclic_1d:
-        n = _checks.cyclic_shape(A, geometry, T_A, fn)
+        n = _checks.cyclic_shape(A, geometry, T_A, fn) if T_A else int(A.shape[0])
     else:
         n = _checks.square_size(A, fn)
-        _checks.plan(n, geometry.ndev, T_A, fn)
+    T_A = _tile(T_A, n, geometry, cyclic_1d, pad, routine, fn)
     return _statics(T_A, n, cyclic_1d, relayout, geometry, fn), dtype
 
 
 def potrs(
-    A, b, T_A, mesh=None, in_specs=None, cyclic_1d=False, return_status=False, *, relayout="native"
+    A,
+    b,
+    T_A=None,
+    mesh=None,
+    in_specs=None,
+    *positional,
+    return_status=False,
+    cyclic_1d=False,
+    pad=True,
+    relayout="native",
 ):
     """Solve ``A x = b`` for Hermitian positive definite ``A`` sharded over devices (Cholesky).
 
     Args:
       A: ``[N, N]`` float32, float64, complex64 or complex128, sharded over one mesh axis by
-        columns ``P(None, ax)`` or by rows ``P(ax, None)``. Only one triangle is read: the lower
-        one for column sharding, the upper one for row sharding.
+        columns ``P(None, ax)`` or by rows ``P(ax, None)`` (``N`` divisible by the number of
+        devices on ``ax``). Only one triangle is read: the lower one for column sharding, the
+        upper one for row sharding.
       b: ``[N]`` or ``[N, nrhs]`` (any ``nrhs >= 1``), A's dtype; any sharding (it is
         replicated for the solve).
-      T_A: column tile size of the block-cyclic layout (cuSolverMg recommends 256 or more). Any
-        positive int; ``T_A >= N / ndev`` needs no relayout.
-      mesh, in_specs: optional; read from ``A.sharding`` when omitted. ``in_specs`` is
-        ``(spec_A, spec_b)``.
+      T_A: column tile size of the block-cyclic layout, any positive int (``T_A >= N / ndev``
+        needs no relayout); ``None`` (default) chooses one for the platform (see the README:
+        ``N / ndev`` on CPU; on GPUs ``N / ndev`` up to 4096, else a tile of 256-4096).
+      mesh: a ``jax.sharding.Mesh``, or an ``AbstractMesh`` such as
+        ``jax.sharding.get_abstract_mesh()`` under ``jax.set_mesh``; default: the mesh ``A``
+        lives on, else the one of ``jax.set_mesh``.
+      in_specs: where ``A`` (and ``b``) go: a ``PartitionSpec`` for ``A``, or
+        ``(spec_A, spec_b)``. Given, it decides: ``A`` is resharded to it from wherever it is
+        (replicated, another axis, another form). Default: ``A``'s own sharding.
+      return_status: also return the status (keyword-only, like everything after ``in_specs``).
       cyclic_1d: ``A`` is already in the layout of ``cyclic_1d_layout(A, T_A)``. Data that is
         not gives NaN and a nonzero status.
-      return_status: also return the status.
+      pad: jaxmg 0.0.x's flag. ``True`` (default): any ``T_A``. ``False``: refuse a ``T_A``
+        that does not divide ``N / ndev`` (A's blocks would be widened to whole tiles).
       relayout: how ``A`` reaches the block-cyclic layout. ``"native"`` (default): in place,
         inside the solver call (its leader moves whole tiles between the devices' buffers):
         no second copy of ``A``, a staging buffer of about one tile. ``"jax"``: JAX
@@ -375,7 +418,7 @@ def potrs(
 
     Returns:
       ``x`` with ``b``'s shape, replicated over the mesh; with ``return_status``, ``(x, status)``
-      where ``status`` is an int32 ``[1]``: 0 on success, ``k > 0`` if the leading minor of
+      where ``status`` is an int32 scalar: 0 on success, ``k > 0`` if the leading minor of
       order ``k`` is not positive definite (then ``x`` is all NaN), negative for an illegal
       argument.
 
@@ -383,16 +426,30 @@ def potrs(
     batch is solved one matrix after another. Never gathers ``A`` on one device.
     """
     fn = "jaxmg.potrs"
-    statics, dtype = _prepare(A, T_A, mesh, in_specs, cyclic_1d, relayout, fn, n_specs=2)
-    n = statics["n"]
+    _checks.keyword_only(fn, positional, _POTRS_WAS)
+    spec_a, spec_b = _checks.in_specs(in_specs, fn, ("A", "b"))
+    statics, dtype = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "potrs")
+    geometry, n = statics["geometry"], statics["n"]
     b_shape = _checks.rhs_shape(b, n, dtype, fn)
+    if spec_b is not None:
+        _geometry.check_spec_axes(spec_b, geometry.mesh, "in_specs[1] (b)")
+    A = _placed(A, geometry.mesh, geometry.spec)
+    b = _placed(b, geometry.mesh, P())
     x, status = _potrs_program(A, b.reshape(n, -1), **statics)
     x = x.reshape(b_shape)
-    return (x, status) if return_status else x
+    return (x, status[0]) if return_status else x
 
 
 def potri(
-    A, T_A, mesh=None, in_specs=None, cyclic_1d=False, return_status=False, *, relayout="native"
+    A,
+    T_A=None,
+    mesh=None,
+    in_specs=None,
+    *positional,
+    return_status=False,
+    cyclic_1d=False,
+    pad=True,
+    relayout="native",
 ):
     """Invert a Hermitian positive definite ``A`` sharded over devices (Cholesky).
 
@@ -400,34 +457,39 @@ def potri(
       A: ``[N, N]`` float32, float64, complex64 or complex128, sharded over one mesh axis by
         columns ``P(None, ax)`` or by rows ``P(ax, None)``; only one triangle is read (lower for
         column sharding, upper for row sharding).
-      T_A, mesh, in_specs, cyclic_1d, relayout: as for :func:`potrs` (``in_specs`` is
-        ``(spec_A,)``).
+      T_A, mesh, in_specs, cyclic_1d, pad, relayout: as for :func:`potrs` (``in_specs`` is
+        ``spec_A`` or ``(spec_A,)``).
       return_status: also return the status.
 
     Returns:
-      The full Hermitian inverse ``[N, N]``, sharded like ``A`` (in the block-cyclic layout
-      when ``cyclic_1d``); with ``return_status``, ``(inverse, status)``: status 0 on success,
-      ``k > 0`` if ``A`` is not positive definite (the inverse is then all NaN).
+      The full Hermitian inverse ``[N, N]``, sharded like ``A`` (as ``in_specs`` says, when
+      given; in the block-cyclic layout when ``cyclic_1d``); with ``return_status``,
+      ``(inverse, status)``: status an int32 scalar, 0 on success, ``k > 0`` if ``A`` is not
+      positive definite (the inverse is then all NaN).
 
     Memory: the Hermitian fill trades ``N/ndev``-square blocks between pairs of devices, in
     place. Under ``jax.jit(..., donate_argnums=...)`` with ``A`` donated, the inverse takes over
     ``A``'s buffer (row-sharded: ``A``'s block plus two small blocks per device in all).
     """
     fn = "jaxmg.potri"
-    statics, _ = _prepare(A, T_A, mesh, in_specs, cyclic_1d, relayout, fn, n_specs=1)
-    inv, status = _potri_program(A, **statics)
-    return (inv, status) if return_status else inv
+    _checks.keyword_only(fn, positional, _POTRI_WAS)
+    (spec_a,) = _checks.in_specs(in_specs, fn, ("A",))
+    statics, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "potri")
+    geometry = statics["geometry"]
+    inv, status = _potri_program(_placed(A, geometry.mesh, geometry.spec), **statics)
+    return (inv, status[0]) if return_status else inv
 
 
 def syevd(
     A,
-    T_A,
+    T_A=None,
     mesh=None,
     in_specs=None,
+    *positional,
     return_eigenvectors=True,
-    cyclic_1d=False,
     return_status=False,
-    *,
+    cyclic_1d=False,
+    pad=True,
     relayout="native",
 ):
     """Eigenvalues, and optionally eigenvectors, of a Hermitian ``A`` sharded over devices.
@@ -436,62 +498,94 @@ def syevd(
       A: ``[N, N]`` float32, float64, complex64 or complex128, sharded over one mesh axis by
         columns ``P(None, ax)`` or by rows ``P(ax, None)``; only one triangle is read (lower for
         column sharding, upper for row sharding).
-      T_A, mesh, in_specs, cyclic_1d, relayout: as for :func:`potrs`. On GPUs cuSolverMg's
-        syevd accepts tiles up to 1024 columns.
+      T_A, mesh, in_specs, cyclic_1d, pad, relayout: as for :func:`potrs`. On GPUs cuSolverMg's
+        syevd accepts tiles up to 1024 columns: a wider ``T_A`` is lowered to 1024 with a
+        ``UserWarning`` (``T_A=None`` chooses at most 1024 there).
       return_eigenvectors: also compute the eigenvectors.
       return_status: also return the status.
 
     Returns:
       ``w``, ``[N]`` ascending eigenvalues of the real dtype (float32 for float32/complex64),
       replicated; with ``return_eigenvectors``, ``(w, V)`` where the columns of ``V`` (``[N,
-      N]``, sharded like ``A``) are the eigenvectors; with ``return_status`` the status comes
-      last: 0 on success, ``k > 0`` if the solver did not converge (outputs are then NaN).
+      N]``, sharded like ``A``) are the eigenvectors; with ``return_status`` the status (an
+      int32 scalar) comes last: 0 on success, ``k > 0`` if the solver did not converge
+      (outputs are then NaN).
 
     Memory: with ``A`` donated (``jax.jit(..., donate_argnums=...)``), ``V`` takes over ``A``'s
     buffer. Column-sharded ``A``: ``V`` goes back transposed (one more block); row-sharded: one
     ``all_to_all`` of ``V`` (two more).
     """
     fn = "jaxmg.syevd"
-    statics, _ = _prepare(A, T_A, mesh, in_specs, cyclic_1d, relayout, fn, n_specs=1)
-    geometry, T_A = statics["geometry"], statics["T_A"]
-    if geometry.platform == "gpu":
-        tile = jaxmg_layout.CyclicPlan.make(statics["n"], geometry.ndev, T_A).tile
-        if tile > _checks.SYEVD_MAX_TILE:
-            raise ValueError(
-                f"{fn}: cuSolverMg's syevd accepts column tiles of at most "
-                f"{_checks.SYEVD_MAX_TILE}, got T_A={T_A} (tile {tile}); choose a smaller T_A."
-            )
-    out = _syevd_program(A, vectors=bool(return_eigenvectors), **statics)
+    _checks.keyword_only(fn, positional, _SYEVD_WAS)
+    (spec_a,) = _checks.in_specs(in_specs, fn, ("A",))
+    statics, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "syevd")
+    geometry = statics["geometry"]
+    out = _syevd_program(
+        _placed(A, geometry.mesh, geometry.spec), vectors=bool(return_eigenvectors), **statics
+    )
     if return_status:
-        return out
+        return (*out[:-1], out[-1][0])
     return out[:-1] if return_eigenvectors else out[0]
+
+
+def potri_symmetrize(A):
+    """The Hermitian matrix whose upper triangle is ``A``'s (jaxmg 0.0.x): ``triu(A) +
+    triu(A, 1)^H``. jaxmg's :func:`potri` and :func:`potri_shardmap_ctx` already return the
+    full inverse, which this leaves unchanged; kept for programs written for 0.0.x."""
+    upper = jnp.triu(A)
+    lower = jnp.conj(jnp.triu(A, 1)).T
+    sharding = jax.typeof(upper).sharding
+    if isinstance(sharding, NamedSharding) and not sharding.mesh.empty:
+        if _explicit(sharding.mesh, sharding.spec):  # the transpose moved the sharded dimension
+            lower = jax.sharding.reshard(lower, sharding)
+    return upper + lower
 
 
 # --- inside a user's shard_map --------------------------------------------------------------
 
 
-def _local_statics(a, T_A, cyclic_1d, axis_name, sharded_by, relayout, fn):
+def _local_statics(a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, routine, fn):
     """Validate a local block and the arguments; the static arguments of the local bodies."""
     if sharded_by not in ("cols", "rows"):
         raise ValueError(f"{fn}: sharded_by must be 'cols' or 'rows', got {sharded_by!r}.")
     _checks.matrix_dtype(a, fn, argname="a")
-    geometry = _geometry.from_abstract_mesh(axis_name, sharded_by)
     T_A = _checks.tile_size(T_A, fn)
-    n = int(a.shape[1 - geometry.sharded_dim])
-    layout = _checks.plan(n, geometry.ndev, T_A, fn)
-    width = layout.local_width if cyclic_1d else layout.shard_size
-    if a.shape[geometry.sharded_dim] != width:
+    dim = 1 if sharded_by == "cols" else 0
+    n, width = int(a.shape[1 - dim]), int(a.shape[dim])
+
+    def fits(ndev):  # the axis this local block is split over
+        if n % ndev:
+            return False
+        if not cyclic_1d:
+            return width * ndev == n
+        return T_A is not None and _checks.plan(n, ndev, T_A, fn).local_width == width
+
+    geometry = _geometry.from_abstract_mesh(axis_name, sharded_by, fits)
+    if cyclic_1d and T_A is None:
+        _tile(T_A, n, geometry, cyclic_1d, pad, routine, fn)  # raises: needs the layout's T_A
+    layout = _checks.plan(n, geometry.ndev, T_A or n // geometry.ndev, fn)
+    expected = layout.local_width if cyclic_1d else layout.shard_size
+    if width != expected:
         raise ValueError(
             f"{fn}: local block of shape {tuple(a.shape)} does not match N={n} over "
             f"{geometry.ndev} devices along {geometry.axis!r}"
-            + (f" in the block-cyclic layout (width {width})" if cyclic_1d else "")
-            + f"; expected {width} {geometry.form} per device."
+            + (f" in the block-cyclic layout (width {expected})" if cyclic_1d else "")
+            + f"; expected {expected} {geometry.form} per device."
         )
+    T_A = _tile(T_A, n, geometry, cyclic_1d, pad, routine, fn)
     return _statics(T_A, n, cyclic_1d, relayout, geometry, fn)
 
 
 def potrs_no_shardmap(
-    a, b, T_A, cyclic_1d=False, axis_name="x", *, sharded_by="cols", relayout="native"
+    a,
+    b,
+    T_A=None,
+    *positional,
+    cyclic_1d=False,
+    axis_name=None,
+    sharded_by="cols",
+    pad=True,
+    relayout="native",
 ):
     """:func:`potrs` on local blocks, called inside the caller's ``jax.shard_map``.
 
@@ -500,15 +594,17 @@ def potrs_no_shardmap(
         default) or ``[N/ndev, N]`` rows (``sharded_by="rows"``); in the block-cyclic layout
         when ``cyclic_1d``.
       b: ``[N]`` or ``[N, nrhs]``, the same on every device.
-      axis_name: the mesh axis the blocks are split over.
-      relayout: as for :func:`potrs`.
+      T_A, pad, relayout: as for :func:`potrs`.
+      axis_name: the mesh axis the blocks are split over; default: the one axis of the
+        enclosing ``shard_map`` whose size fits the block.
 
     Returns:
-      ``(x, status)``: ``x`` like ``b``, the same on every device; ``status`` int32 ``[1]`` as
-      in :func:`potrs`. Always returns the status.
+      ``(x, status)``: ``x`` like ``b``, the same on every device; ``status`` int32 ``[1]``
+      (0, ``k > 0``, or negative, as in :func:`potrs`). Always returns the status.
     """
     fn = "jaxmg.potrs_no_shardmap"
-    statics = _local_statics(a, T_A, cyclic_1d, axis_name, sharded_by, relayout, fn)
+    _checks.keyword_only(fn, positional, "cyclic_1d (the original README's jaxmg)")
+    statics = _local_statics(a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, "potrs", fn)
     n = statics["n"]
     b_shape = _checks.rhs_shape(b, n, _checks.matrix_dtype(a, fn, "a"), fn)
     x, status = _potrs_local(a, b.reshape(n, -1), **statics)
@@ -516,33 +612,88 @@ def potrs_no_shardmap(
 
 
 def potri_no_shardmap(
-    a, T_A, cyclic_1d=False, axis_name="x", *, sharded_by="cols", relayout="native"
+    a,
+    T_A=None,
+    *positional,
+    cyclic_1d=False,
+    axis_name=None,
+    sharded_by="cols",
+    pad=True,
+    relayout="native",
 ):
     """:func:`potri` on local blocks inside ``jax.shard_map``; returns ``(inverse_block, status)``.
 
     The returned block is this device's block of the full Hermitian inverse, in the same form
-    (and layout) as ``a``.
+    (and layout) as ``a``; ``status`` int32 ``[1]``. Arguments as for
+    :func:`potrs_no_shardmap`.
     """
     fn = "jaxmg.potri_no_shardmap"
-    statics = _local_statics(a, T_A, cyclic_1d, axis_name, sharded_by, relayout, fn)
+    _checks.keyword_only(fn, positional, "cyclic_1d (the original README's jaxmg)")
+    statics = _local_statics(a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, "potri", fn)
     return _potri_local(a, **statics)
 
 
 def syevd_no_shardmap(
     a,
-    T_A,
+    T_A=None,
+    *positional,
     return_eigenvectors=True,
     cyclic_1d=False,
-    axis_name="x",
-    *,
+    axis_name=None,
     sharded_by="cols",
+    pad=True,
     relayout="native",
 ):
     """:func:`syevd` on local blocks inside ``jax.shard_map``.
 
     Returns ``(w, v_block, status)`` with eigenvectors, else ``(w, status)``; ``w`` is the same
-    on every device, ``v_block`` this device's block of ``V`` in the same form as ``a``.
+    on every device, ``v_block`` this device's block of ``V`` in the same form as ``a``,
+    ``status`` int32 ``[1]``. Arguments as for :func:`potrs_no_shardmap`; a GPU tile over 1024
+    is lowered to 1024 with a ``UserWarning``.
     """
     fn = "jaxmg.syevd_no_shardmap"
-    statics = _local_statics(a, T_A, cyclic_1d, axis_name, sharded_by, relayout, fn)
+    _checks.keyword_only(fn, positional, "return_eigenvectors, e.g. return_eigenvectors=False")
+    statics = _local_statics(a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, "syevd", fn)
     return _syevd_local(a, vectors=bool(return_eigenvectors), **statics)
+
+
+# --- jaxmg 0.0.x's names for the functions inside shard_map ---------------------------------
+
+
+def potrs_shardmap_ctx(a, b, T_A=None, pad=True, *, axis_name=None, relayout="native"):
+    """jaxmg 0.0.x's :func:`potrs_no_shardmap`: ``a`` is this device's block of rows
+    ``[N/ndev, N]`` (``P(ax, None)``), inside the caller's ``jax.shard_map``.
+
+    Returns ``(x, status)`` as :func:`potrs_no_shardmap` does. ``axis_name`` (not in 0.0.x):
+    default the one axis of the enclosing ``shard_map`` whose size fits the block.
+    """
+    fn = "jaxmg.potrs_shardmap_ctx"
+    statics = _local_statics(a, T_A, False, axis_name, "rows", relayout, pad, "potrs", fn)
+    n = statics["n"]
+    b_shape = _checks.rhs_shape(b, n, _checks.matrix_dtype(a, fn, "a"), fn)
+    x, status = _potrs_local(a, b.reshape(n, -1), **statics)
+    return x.reshape(b_shape), status
+
+
+def potri_shardmap_ctx(a, T_A=None, pad=True, *, axis_name=None, relayout="native"):
+    """jaxmg 0.0.x's :func:`potri_no_shardmap` on a block of rows ``[N/ndev, N]``: returns
+    ``(inverse_rows, status)``, this device's rows of the full Hermitian inverse (0.0.x
+    returned only the upper triangle, for :func:`potri_symmetrize`, which leaves this
+    unchanged)."""
+    fn = "jaxmg.potri_shardmap_ctx"
+    statics = _local_statics(a, T_A, False, axis_name, "rows", relayout, pad, "potri", fn)
+    return _potri_local(a, **statics)
+
+
+def syevd_shardmap_ctx(
+    a, T_A=None, return_eigenvectors=True, pad=True, *, axis_name=None, relayout="native"
+):
+    """jaxmg 0.0.x's :func:`syevd_no_shardmap` on a block of rows ``[N/ndev, N]``.
+
+    Returns ``(w, v_columns, status)``, or ``(w, status)`` without eigenvectors. As in 0.0.x,
+    ``v_columns`` is this device's block of columns of ``V``, ``[N, N/ndev]`` (``V[:, blk]``,
+    for ``out_specs=P(None, ax)``), which here costs no communication.
+    """
+    fn = "jaxmg.syevd_shardmap_ctx"
+    statics = _local_statics(a, T_A, False, axis_name, "rows", relayout, pad, "syevd", fn)
+    return _syevd_local(a, vectors=bool(return_eigenvectors), v_columns=True, **statics)

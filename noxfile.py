@@ -4,6 +4,8 @@
   simulated device count (1, 2, 3, 4, 8), each in its own pytest process, then the
   multi-process jobs (``tests/multiprocess``) once.
 - ``compat``: the CPU suite (4 devices) on the newest jax, with Python 3.12.
+- ``clients``: install the three packages and NetKet 3.22.4, then run ``tests/clients`` (NetKet's
+  jaxmg solvers against its dense ones) once per simulated device count (1, 2, 4).
 - ``lint``: ruff.
 - ``demo``: install and run ``python -m jaxmg demo``.
 - ``tsan``: the rendezvous and CPU twin under ThreadSanitizer.
@@ -26,7 +28,7 @@ DEVICE_COUNTS = (1, 2, 3, 4, 8)
 # build isolation (which would download jaxlib again for every build).
 NATIVE_BUILD_DEPS = ("scikit-build-core>=0.10", "pybind11>=2.13", "jax>=0.10", "jaxlib>=0.10")
 
-nox.options.sessions = ["lint", "tests", "compat"]
+nox.options.sessions = ["lint", "tests", "compat", "clients"]
 nox.options.error_on_missing_interpreters = True
 
 
@@ -62,6 +64,42 @@ def tests(session):
     if not session.posargs:
         session.log("--- multi-process jobs (jax.distributed on localhost, 2 and 4 processes) ---")
         session.run("python", "-m", "pytest", "tests/multiprocess", "-q")
+
+
+# The client libraries tests/clients runs, pinned to the releases those tests were written for.
+CLIENTS = ("netket==3.22.4",)
+CLIENT_DEVICE_COUNTS = (1, 2, 4)
+
+
+def _installed(session, dist):
+    """The version of ``dist`` in the session's environment."""
+    code = f"import importlib.metadata as m; print(m.version({dist!r}))"
+    return session.run("python", "-c", code, silent=True).strip()
+
+
+@nox.session
+def clients(session):
+    """Client libraries calling jaxmg unchanged (tests/clients), per simulated device count.
+
+    NetKet reads its device count from NETKET_EXPERIMENTAL_SHARDING_CPU when it is imported.
+    """
+    install_jaxmg(session, "test")
+    # The clients go on the jax that install_jaxmg chose: pinned here, pip fails rather than
+    # move it.
+    jax_pins = [f"{dist}=={_installed(session, dist)}" for dist in ("jax", "jaxlib")]
+    session.install(*CLIENTS, *jax_pins)
+    session.log(f"clients on {', '.join(jax_pins)}")
+    for count in [int(n) for n in session.posargs] or CLIENT_DEVICE_COUNTS:
+        session.log(f"--- clients, {count} simulated CPU device(s) ---")
+        session.run(
+            "python",
+            "-m",
+            "pytest",
+            "tests/clients",
+            f"--num-cpu-devices={count}",
+            "-q",
+            env={"PYTHONHASHSEED": "0", "NETKET_EXPERIMENTAL_SHARDING_CPU": str(count)},
+        )
 
 
 # jax >= 0.11 needs Python >= 3.12, so CI's Python 3.11 stops at jax 0.10; this session runs

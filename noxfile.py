@@ -202,6 +202,29 @@ def bench(session):
             "--markdown",
             str(results / "cpu_shardings.md"),
         )
+        # The tile T_A=None chooses on CPU (N / ndev = 512: no relayout) against smaller ones.
+        session.run(
+            "python",
+            "benchmarks/solvers.py",
+            "--cpu-devices",
+            "4",
+            "--routines",
+            "potrs",
+            "potri",
+            "syevd",
+            "--n",
+            "2048",
+            "--tiles",
+            "128",
+            "256",
+            "512",
+            "--overhead-n",
+            "0",
+            "--json",
+            str(results / "cpu_tiles.jsonl"),
+            "--markdown",
+            str(results / "cpu_tiles.md"),
+        )
     session.run(
         "python",
         "benchmarks/layout_roundtrip.py",

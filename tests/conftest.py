@@ -31,6 +31,11 @@ def pytest_configure(config):
     jax.config.update("jax_numpy_dtype_promotion", "strict")
     jax.config.update("jax_numpy_rank_promotion", "raise")
     config.addinivalue_line("markers", "gpu: needs at least one NVIDIA GPU")
+    config.addinivalue_line(
+        "markers",
+        "dtype_sweep: a single-precision case of a dtype grid; runs only with "
+        "--num-cpu-devices=4 (every count runs the double-precision cases)",
+    )
     hypothesis.settings.register_profile(
         "deterministic",
         derandomize=True,
@@ -72,11 +77,23 @@ def gpu_devices():
     return devices
 
 
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("dtype_sweep") and _device_count(item.config) != 4:
+        pytest.skip(
+            "float32 and complex64 run with --num-cpu-devices=4; other counts run the "
+            "float64 and complex128 cases (the same code for the same element sizes)"
+        )
+
+
+def _device_count(config) -> int:
+    return config.getoption("--num-cpu-devices")
+
+
 @pytest.fixture(scope="session")
 def once_per_suite(request):
     """For tests that do not depend on the simulated device count: they run only in the
     4-device pytest process (the default), not again in the 1, 2, 3 and 8-device ones."""
-    if request.config.getoption("--num-cpu-devices") != 4:
+    if _device_count(request.config) != 4:
         pytest.skip("independent of the device count: runs with --num-cpu-devices=4")
 
 

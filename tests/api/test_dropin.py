@@ -157,7 +157,7 @@ def test_shards_narrower_than_the_device_count(shard, relayout):
 # --- T_A chosen by jaxmg ---------------------------------------------------------------------
 
 
-def test_auto_tile_rule():
+def test_auto_tile_rule(once_per_suite):
     """The rule the README states, worked by hand."""
     auto = _checks.auto_tile
     assert auto(4096, 4, "potrs", "cpu") == 1024  # CPU: the whole shard, no relayout
@@ -216,7 +216,7 @@ def _lowered_for_cuda(fn, n, mesh, spec):
     return jax.jit(fn).trace(arg).lower(lowering_platforms=("cuda",)).as_text()
 
 
-def test_syevd_tile_over_the_gpu_limit_is_lowered_with_a_warning():
+def test_syevd_tile_over_the_gpu_limit_is_lowered_with_a_warning(once_per_suite):
     """As jaxmg 0.0.x did (NetKet's docs ask for 4096): a warning, and the call is made with
     1024, in both entry points. The mesh is an abstract GPU mesh, lowered for CUDA here."""
     mesh = _gpu_mesh()
@@ -282,7 +282,7 @@ def test_shardmap_ctx_functions(dtype):
     check_eigh(A, w_only)
 
 
-def test_potri_symmetrize_fills_from_the_upper_triangle():
+def test_potri_symmetrize_fills_from_the_upper_triangle(once_per_suite):
     n = 5
     upper = np.triu(np.arange(1, n * n + 1, dtype=np.complex128).reshape(n, n) * (1 + 1j))
     out = np.asarray(jaxmg.potri_symmetrize(jnp.asarray(upper)))

@@ -1,6 +1,7 @@
 """The examples (the original README's, adapted only in their device list) run and print True.
 
-Each runs in its own process: an example configures JAX for itself (2 simulated CPU devices).
+Each runs in its own process: an example configures JAX for itself (2 simulated CPU devices),
+so they run once, in the 4-device pytest process, not once per simulated device count.
 """
 
 import pathlib
@@ -8,6 +9,8 @@ import subprocess
 import sys
 
 import pytest
+
+pytestmark = pytest.mark.usefixtures("once_per_suite")
 
 EXAMPLES = pathlib.Path(__file__).parents[2] / "examples"
 

@@ -15,7 +15,14 @@ from jax.sharding import PartitionSpec as P
 
 import jaxmg
 
-DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
+# Single precision runs on 4 devices only (tests/conftest.py); double precision on every count.
+SWEPT = pytest.mark.dtype_sweep
+DTYPES = [
+    pytest.param(np.float32, marks=SWEPT),
+    np.float64,
+    pytest.param(np.complex64, marks=SWEPT),
+    np.complex128,
+]
 FORMS = {"cols": P(None, "x"), "rows": P("x", None)}
 BOUND = 30.0
 

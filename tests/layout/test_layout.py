@@ -186,7 +186,9 @@ def test_gather_route_both_selections(monkeypatch, sliced_select_max, T_A):
 
 @pytest.mark.parametrize("form", ["cols", "rows"])
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
-@pytest.mark.parametrize("dtype", [np.float32, np.complex128])
+@pytest.mark.parametrize(
+    "dtype", [pytest.param(np.float32, marks=pytest.mark.dtype_sweep), np.complex128]
+)
 def test_layout_matches_reference(form, jit, dtype):
     ndev = jax.device_count()
     # Shift and gather relayouts, partial last tiles, tiles wider than the shard.

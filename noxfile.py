@@ -148,82 +148,32 @@ def bench(session):
     """CPU benchmarks; results under benchmarks/results/."""
     install_jaxmg(session, "plot")
     results = ROOT / "benchmarks" / "results"
-    session.run(
-        "python",
-        "benchmarks/solvers.py",
-        "--cpu-devices",
-        "4",
-        *(
-            session.posargs
-            or [
-                "--routines",
-                "potrs",
-                "potri",
-                "syevd",
-                "syevd_values",
-                "--n",
-                "1024",
-                "2048",
-                "--tiles",
-                "128",
-                "256",
-                "--relayouts",
-                "native",
-                "jax",
-                "--json",
-                str(results / "cpu_solvers.jsonl"),
-                "--markdown",
-                str(results / "cpu_solvers.md"),
-                "--plots",
-                str(results / "cpu_plots"),
-            ]
-        ),
-    )
-    if not session.posargs:  # A sharded by columns against by rows (their memory differs)
-        session.run(
-            "python",
-            "benchmarks/solvers.py",
-            "--cpu-devices",
-            "4",
-            "--routines",
-            "potri",
-            "syevd",
-            "--n",
-            "2048",
-            "--tiles",
-            "256",
-            "--shardings",
-            "cols",
-            "rows",
-            "--overhead-n",
-            "0",
-            "--json",
-            str(results / "cpu_shardings.jsonl"),
-            "--markdown",
-            str(results / "cpu_shardings.md"),
+
+    def solvers(name, *args):
+        """benchmarks/solvers.py on 4 simulated CPU devices; results/<name>.{jsonl,md}."""
+        outputs = ("--json", results / f"{name}.jsonl", "--markdown", results / f"{name}.md")
+        arguments = [str(a) for a in args + outputs]
+        session.run("python", "benchmarks/solvers.py", "--cpu-devices", "4", *arguments)
+
+    routines = ("potrs", "potri", "syevd")
+    if session.posargs:
+        session.run("python", "benchmarks/solvers.py", "--cpu-devices", "4", *session.posargs)
+    else:
+        solvers(
+            "cpu_solvers",
+            *("--routines", *routines, "syevd_values", "--n", 1024, 2048, "--tiles", 128, 256),
+            *("--relayouts", "native", "jax", "--plots", results / "cpu_plots"),
+        )
+        # A sharded by columns against by rows (their memory differs).
+        solvers(
+            "cpu_shardings",
+            *("--routines", "potri", "syevd", "--n", 2048, "--tiles", 256),
+            *("--shardings", "cols", "rows", "--overhead-n", 0),
         )
         # The tile T_A=None chooses on CPU (N / ndev = 512: no relayout) against smaller ones.
-        session.run(
-            "python",
-            "benchmarks/solvers.py",
-            "--cpu-devices",
-            "4",
-            "--routines",
-            "potrs",
-            "potri",
-            "syevd",
-            "--n",
-            "2048",
-            "--tiles",
-            "128",
-            "256",
-            "512",
-            "--overhead-n",
-            "0",
-            "--json",
-            str(results / "cpu_tiles.jsonl"),
-            "--markdown",
-            str(results / "cpu_tiles.md"),
+        solvers(
+            "cpu_tiles",
+            *("--routines", *routines, "--n", 2048, "--tiles", 128, 256, 512, "--overhead-n", 0),
         )
     session.run(
         "python",

@@ -576,6 +576,14 @@ def _local_statics(a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, rout
     return _statics(T_A, n, cyclic_1d, relayout, geometry, fn)
 
 
+def _potrs_blocks(a, b, statics):
+    """potrs on local blocks: ``b`` (``[N]`` or ``[N, nrhs]``) checked, ``x`` in its shape."""
+    n = statics["n"]
+    b_shape = _checks.rhs_shape(b, n, _checks.matrix_dtype(a, statics["fn"], "a"), statics["fn"])
+    x, status = _potrs_local(a, b.reshape(n, -1), **statics)
+    return x.reshape(b_shape), status
+
+
 def potrs_no_shardmap(
     a,
     b,
@@ -605,10 +613,7 @@ def potrs_no_shardmap(
     fn = "jaxmg.potrs_no_shardmap"
     _checks.keyword_only(fn, positional, "cyclic_1d (the original README's jaxmg)")
     statics = _local_statics(a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, "potrs", fn)
-    n = statics["n"]
-    b_shape = _checks.rhs_shape(b, n, _checks.matrix_dtype(a, fn, "a"), fn)
-    x, status = _potrs_local(a, b.reshape(n, -1), **statics)
-    return x.reshape(b_shape), status
+    return _potrs_blocks(a, b, statics)
 
 
 def potri_no_shardmap(
@@ -669,10 +674,7 @@ def potrs_shardmap_ctx(a, b, T_A=None, pad=True, *, axis_name=None, relayout="na
     """
     fn = "jaxmg.potrs_shardmap_ctx"
     statics = _local_statics(a, T_A, False, axis_name, "rows", relayout, pad, "potrs", fn)
-    n = statics["n"]
-    b_shape = _checks.rhs_shape(b, n, _checks.matrix_dtype(a, fn, "a"), fn)
-    x, status = _potrs_local(a, b.reshape(n, -1), **statics)
-    return x.reshape(b_shape), status
+    return _potrs_blocks(a, b, statics)
 
 
 def potri_shardmap_ctx(a, T_A=None, pad=True, *, axis_name=None, relayout="native"):

@@ -31,4 +31,4 @@ from ._ops import (
     rendezvous_probe as rendezvous_probe,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -35,4 +35,4 @@ from ._relayout import (
     undo_cyclic_1d_no_shardmap as undo_cyclic_1d_no_shardmap,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -66,4 +66,4 @@ from ._solvers import (
     syevd_shardmap_ctx as syevd_shardmap_ctx,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

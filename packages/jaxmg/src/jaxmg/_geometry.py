@@ -8,6 +8,7 @@ returns a frozen description that the solvers use to build their ``shard_map``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Literal
 
 import jax
@@ -197,8 +198,11 @@ def local_slice(owners: np.ndarray, me: int, axis: str, shape: dict) -> int:
     return mine[0]
 
 
+@functools.lru_cache(maxsize=64)
 def _participants(mesh, axis: str, platform: str):
-    """``(device_ids, job, pids)`` of this process's slice of ``axis``, in mesh order."""
+    """``(device_ids, job, pids)`` of this process's slice of ``axis``, in mesh order.
+
+    Cached per mesh: an eager call would otherwise walk the mesh's devices every time."""
     if not isinstance(mesh, jax.sharding.Mesh):
         return _abstract_participants(mesh, axis, platform)
     ndev = dict(mesh.shape)[axis]

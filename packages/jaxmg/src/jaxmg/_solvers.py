@@ -253,6 +253,8 @@ def _placed(x, mesh, spec):
     """
     sharding = NamedSharding(mesh, spec)
     if not _geometry.is_tracer(x) and isinstance(mesh, jax.sharding.Mesh):
+        if getattr(x, "sharding", None) == sharding:
+            return x  # the common case, and device_put's own no-op costs tens of microseconds
         return jax.device_put(x, sharding)
     if _explicit(mesh, spec):
         return jax.sharding.reshard(x, sharding)

@@ -18,6 +18,7 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import jaxmg
+import jaxmg_cuda
 from jaxmg import _checks
 
 COLS, ROWS = P(None, "x"), P("x", None)
@@ -175,7 +176,7 @@ def test_auto_tile_rule(once_per_suite):
 def test_tile_left_out_in_every_routine(form):
     mesh = mesh_of()
     n = 6 * mesh.size
-    A = hpd(n, np.float32, seed=4).astype(np.float64)
+    A = hpd(n, seed=4)
     b = np.ones((n, 3))
     spec = COLS if form == "cols" else ROWS
     a = jax.device_put(A, NamedSharding(mesh, spec))
@@ -203,7 +204,7 @@ def test_tile_left_out_in_every_routine(form):
 
 
 def _gpu_mesh():
-    if not jaxmg._native.jaxmg_cuda.has_cuda_support():
+    if not jaxmg_cuda.has_cuda_support():
         pytest.skip("jaxmg-cuda was built without CUDA: its GPU targets cannot be lowered")
     return jax.sharding.AbstractMesh(
         (2,), ("x",), axis_types=(AxisType.Explicit,),

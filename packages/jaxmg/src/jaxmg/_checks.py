@@ -76,9 +76,15 @@ def rhs_shape(b, n: int, dtype: np.dtype, fn: str) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def tile_size(T_A, fn: str) -> int | None:
-    """``T_A`` as an int, or ``None`` (chosen later by :func:`auto_tile`)."""
+def tile_size(T_A, fn: str, cyclic_1d: bool = False) -> int | None:
+    """``T_A`` as an int, or ``None`` (chosen later by :func:`auto_tile`); a block-cyclic
+    input needs the ``T_A`` it was laid out with."""
     if T_A is None:
+        if cyclic_1d:
+            raise ValueError(
+                f"{fn}: with cyclic_1d=True pass the T_A that A was laid out with "
+                "(jaxmg.cyclic_1d_layout(A, T_A)); T_A=None is for block-sharded A."
+            )
         return None
     if isinstance(T_A, bool) or not isinstance(T_A, (int, np.integer)):
         raise TypeError(f"{fn}: T_A must be a positive int or None (automatic), got {T_A!r}.")

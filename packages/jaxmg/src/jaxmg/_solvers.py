@@ -345,23 +345,19 @@ def _statics(T_A, n, cyclic_1d, relayout, geometry, fn):
     )
 
 
-def _tile(T_A, n, geometry, cyclic_1d, pad, routine, fn):
-    """The checked tile size of a call (``T_A=None``: automatic); raises for ``pad=False``
-    with a tile that would widen A's blocks."""
-    if T_A is None and cyclic_1d:
-        raise ValueError(
-            f"{fn}: with cyclic_1d=True pass the T_A that A was laid out with "
-            "(jaxmg.cyclic_1d_layout(A, T_A)); T_A=None is for block-sharded A."
-        )
+def _layout(T_A, n, geometry, pad, routine, fn):
+    """The checked layout of a call (its ``T_A``: as asked, or chosen for ``None``); raises for
+    ``pad=False`` with a tile that would widen A's blocks."""
     T_A = _checks.resolve_tile(T_A, n, geometry.ndev, routine, geometry.platform, fn)
-    _checks.unpadded(pad, _checks.plan(n, geometry.ndev, T_A, fn), fn)
-    return T_A
+    layout = _checks.plan(n, geometry.ndev, T_A, fn)
+    _checks.unpadded(pad, layout, fn)
+    return layout
 
 
 def _prepare(A, T_A, mesh, spec, cyclic_1d, relayout, pad, fn, routine):
     """Validate the arguments and resolve the geometry; returns ``(statics, A's dtype)``."""
     dtype = _checks.matrix_dtype(A, fn)
-    T_A = _checks.tile_size(T_A, fn)
+    T_A = _checks.tile_size(T_A, fn, cyclic_1d)
     if not cyclic_1d and A.shape[0] != A.shape[1] and pad is False:
         raise ValueError(
             f"{fn}: A must be square [N, N], got shape {tuple(A.shape)}. jaxmg takes A "
@@ -370,10 +366,10 @@ def _prepare(A, T_A, mesh, spec, cyclic_1d, relayout, pad, fn, routine):
         )
     geometry = _geometry.resolve(A, mesh, spec)
     if cyclic_1d:
-        n = _checks.cyclic_shape(A, geometry, T_A, fn) if T_A else int(A.shape[0])
+        n = _checks.cyclic_shape(A, geometry, T_A, fn)
     else:
         n = _checks.square_size(A, fn)
-    T_A = _tile(T_A, n, geometry, cyclic_1d, pad, routine, fn)
+    T_A = _layout(T_A, n, geometry, pad, routine, fn).T_A
     return _statics(T_A, n, cyclic_1d, relayout, geometry, fn), dtype
 
 
@@ -404,9 +400,10 @@ def potrs(
       mesh: a ``jax.sharding.Mesh``, or an ``AbstractMesh`` such as
         ``jax.sharding.get_abstract_mesh()`` under ``jax.set_mesh``; default: the mesh ``A``
         lives on, else the one of ``jax.set_mesh``.
-      in_specs: where ``A`` (and ``b``) go: a ``PartitionSpec`` for ``A``, or
-        ``(spec_A, spec_b)``. Given, it decides: ``A`` is resharded to it from wherever it is
-        (replicated, another axis, another form). Default: ``A``'s own sharding.
+      in_specs: where ``A`` goes: a ``PartitionSpec``, or ``(spec_A, spec_b)`` as in the
+        original README (``spec_b`` is checked against the mesh; ``b`` is replicated for the
+        solve whatever it says). Given, it decides: ``A`` is resharded to it from wherever it
+        is (replicated, another axis, another form). Default: ``A``'s own sharding.
       return_status: also return the status (keyword-only, like everything after ``in_specs``).
       cyclic_1d: ``A`` is already in the layout of ``cyclic_1d_layout(A, T_A)``. Data that is
         not gives NaN and a nonzero status.
@@ -551,7 +548,7 @@ def _local_statics(a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, rout
     if sharded_by not in ("cols", "rows"):
         raise ValueError(f"{fn}: sharded_by must be 'cols' or 'rows', got {sharded_by!r}.")
     _checks.matrix_dtype(a, fn, argname="a")
-    T_A = _checks.tile_size(T_A, fn)
+    T_A = _checks.tile_size(T_A, fn, cyclic_1d)
     dim = 1 if sharded_by == "cols" else 0
     n, width = int(a.shape[1 - dim]), int(a.shape[dim])
 
@@ -560,12 +557,10 @@ def _local_statics(a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, rout
             return False
         if not cyclic_1d:
             return width * ndev == n
-        return T_A is not None and _checks.plan(n, ndev, T_A, fn).local_width == width
+        return _checks.plan(n, ndev, T_A, fn).local_width == width
 
     geometry = _geometry.from_abstract_mesh(axis_name, sharded_by, fits)
-    if cyclic_1d and T_A is None:
-        _tile(T_A, n, geometry, cyclic_1d, pad, routine, fn)  # raises: needs the layout's T_A
-    layout = _checks.plan(n, geometry.ndev, T_A or n // geometry.ndev, fn)
+    layout = _layout(T_A, n, geometry, pad, routine, fn)
     expected = layout.local_width if cyclic_1d else layout.shard_size
     if width != expected:
         raise ValueError(
@@ -574,8 +569,7 @@ def _local_statics(a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, rout
             + (f" in the block-cyclic layout (width {expected})" if cyclic_1d else "")
             + f"; expected {expected} {geometry.form} per device."
         )
-    T_A = _tile(T_A, n, geometry, cyclic_1d, pad, routine, fn)
-    return _statics(T_A, n, cyclic_1d, relayout, geometry, fn)
+    return _statics(layout.T_A, n, cyclic_1d, relayout, geometry, fn)
 
 
 def _potrs_blocks(a, b, statics):

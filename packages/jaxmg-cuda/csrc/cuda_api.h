@@ -47,70 +47,80 @@ enum CUpointer_attribute {
   CU_POINTER_ATTRIBUTE_RANGE_SIZE = 12,
 };
 
-// Function table filled by dlsym.
+// Every function jaxmg calls, one list per library: X(return type, name, (parameters)). The
+// lists are the single source of the Api table below, of the loader's dlsym calls
+// (cuda_targets.cc) and of the check against NVIDIA's own headers and libraries
+// (cuda_api_check.cc, `nox -s cuda_abi`).
+#define JAXMG_CUDART_FUNCTIONS(X)                                                             \
+  X(cudaError_t, cudaGetDevice, (int*))                                                       \
+  X(cudaError_t, cudaSetDevice, (int))                                                        \
+  X(cudaError_t, cudaStreamSynchronize, (cudaStream_t))                                       \
+  X(cudaError_t, cudaStreamCreate, (cudaStream_t*))                                           \
+  X(cudaError_t, cudaStreamDestroy, (cudaStream_t))                                           \
+  X(cudaError_t, cudaMemcpy, (void*, const void*, size_t, cudaMemcpyKind))                    \
+  X(cudaError_t, cudaMemcpyAsync, (void*, const void*, size_t, cudaMemcpyKind, cudaStream_t)) \
+  X(cudaError_t, cudaMemsetAsync, (void*, int, size_t, cudaStream_t))                         \
+  X(cudaError_t, cudaDeviceCanAccessPeer, (int*, int, int))                                   \
+  X(cudaError_t, cudaDeviceEnablePeerAccess, (int, unsigned int))                             \
+  X(const char*, cudaGetErrorString, (cudaError_t))                                           \
+  X(cudaError_t, cudaGetLastError, ())                                                        \
+  X(cudaError_t, cudaDeviceSynchronize, ())                                                   \
+  X(cudaError_t, cudaMalloc, (void**, size_t))                                                \
+  X(cudaError_t, cudaFree, (void*))                                                           \
+  X(cudaError_t, cudaDeviceGetPCIBusId, (char*, int, int))                                    \
+  X(cudaError_t, cudaDeviceGetByPCIBusId, (int*, const char*))                                \
+  X(cudaError_t, cudaIpcGetMemHandle, (cudaIpcMemHandle_t*, void*))                           \
+  X(cudaError_t, cudaIpcOpenMemHandle, (void**, cudaIpcMemHandle_t, unsigned int))            \
+  X(cudaError_t, cudaIpcCloseMemHandle, (void*))
+
+// The driver (libcuda.so.1, loaded by the runtime): optional, only the multi-process mode
+// needs it, and says so when it is missing.
+#define JAXMG_DRIVER_FUNCTIONS(X) \
+  X(CUresult, cuPointerGetAttribute, (void*, CUpointer_attribute, CUdeviceptr))
+
+#define JAXMG_CUSOLVERMG_FUNCTIONS(X)                                                          \
+  X(cusolverStatus_t, cusolverMgCreate, (cusolverMgHandle_t*))                                 \
+  X(cusolverStatus_t, cusolverMgDestroy, (cusolverMgHandle_t))                                 \
+  X(cusolverStatus_t, cusolverMgDeviceSelect, (cusolverMgHandle_t, int, int[]))                \
+  X(cusolverStatus_t, cusolverMgCreateDeviceGrid,                                              \
+    (cudaLibMgGrid_t*, int32_t, int32_t, const int32_t[], cusolverMgGridMapping_t))            \
+  X(cusolverStatus_t, cusolverMgDestroyGrid, (cudaLibMgGrid_t))                                \
+  X(cusolverStatus_t, cusolverMgCreateMatrixDesc,                                              \
+    (cudaLibMgMatrixDesc_t*, int64_t, int64_t, int64_t, int64_t, cudaDataType,                 \
+     const cudaLibMgGrid_t))                                                                   \
+  X(cusolverStatus_t, cusolverMgDestroyMatrixDesc, (cudaLibMgMatrixDesc_t))                    \
+  X(cusolverStatus_t, cusolverMgPotrf_bufferSize,                                              \
+    (cusolverMgHandle_t, cublasFillMode_t, int, void*[], int, int, cudaLibMgMatrixDesc_t,      \
+     cudaDataType, int64_t*))                                                                  \
+  X(cusolverStatus_t, cusolverMgPotrf,                                                         \
+    (cusolverMgHandle_t, cublasFillMode_t, int, void*[], int, int, cudaLibMgMatrixDesc_t,      \
+     cudaDataType, void*[], int64_t, int*))                                                    \
+  X(cusolverStatus_t, cusolverMgPotrs_bufferSize,                                              \
+    (cusolverMgHandle_t, cublasFillMode_t, int, int, void*[], int, int, cudaLibMgMatrixDesc_t, \
+     void*[], int, int, cudaLibMgMatrixDesc_t, cudaDataType, int64_t*))                        \
+  X(cusolverStatus_t, cusolverMgPotrs,                                                         \
+    (cusolverMgHandle_t, cublasFillMode_t, int, int, void*[], int, int, cudaLibMgMatrixDesc_t, \
+     void*[], int, int, cudaLibMgMatrixDesc_t, cudaDataType, void*[], int64_t, int*))          \
+  X(cusolverStatus_t, cusolverMgPotri_bufferSize,                                              \
+    (cusolverMgHandle_t, cublasFillMode_t, int, void*[], int, int, cudaLibMgMatrixDesc_t,      \
+     cudaDataType, int64_t*))                                                                  \
+  X(cusolverStatus_t, cusolverMgPotri,                                                         \
+    (cusolverMgHandle_t, cublasFillMode_t, int, void*[], int, int, cudaLibMgMatrixDesc_t,      \
+     cudaDataType, void*[], int64_t, int*))                                                    \
+  X(cusolverStatus_t, cusolverMgSyevd_bufferSize,                                              \
+    (cusolverMgHandle_t, cusolverEigMode_t, cublasFillMode_t, int, void*[], int, int,          \
+     cudaLibMgMatrixDesc_t, void*, cudaDataType, cudaDataType, int64_t*))                      \
+  X(cusolverStatus_t, cusolverMgSyevd,                                                         \
+    (cusolverMgHandle_t, cusolverEigMode_t, cublasFillMode_t, int, void*[], int, int,          \
+     cudaLibMgMatrixDesc_t, void*, cudaDataType, cudaDataType, void*[], int64_t, int*))
+
+// The function table filled by dlsym. The driver's members are nullptr when it is not found.
 struct Api {
-  // CUDA runtime
-  cudaError_t (*cudaGetDevice)(int*);
-  cudaError_t (*cudaSetDevice)(int);
-  cudaError_t (*cudaStreamSynchronize)(cudaStream_t);
-  cudaError_t (*cudaStreamCreate)(cudaStream_t*);  // the leader's copies, RunCudaOnHost
-  cudaError_t (*cudaStreamDestroy)(cudaStream_t);
-  cudaError_t (*cudaMemcpy)(void*, const void*, size_t, cudaMemcpyKind);
-  cudaError_t (*cudaMemcpyAsync)(void*, const void*, size_t, cudaMemcpyKind, cudaStream_t);
-  cudaError_t (*cudaMemsetAsync)(void*, int, size_t, cudaStream_t);
-  cudaError_t (*cudaDeviceCanAccessPeer)(int*, int, int);
-  cudaError_t (*cudaDeviceEnablePeerAccess)(int, unsigned int);
-  const char* (*cudaGetErrorString)(cudaError_t);
-  cudaError_t (*cudaGetLastError)();
-  cudaError_t (*cudaDeviceSynchronize)();
-  cudaError_t (*cudaMalloc)(void**, size_t);
-  cudaError_t (*cudaFree)(void*);
-  cudaError_t (*cudaDeviceGetPCIBusId)(char*, int, int);
-  cudaError_t (*cudaDeviceGetByPCIBusId)(int*, const char*);
-  cudaError_t (*cudaIpcGetMemHandle)(cudaIpcMemHandle_t*, void*);
-  cudaError_t (*cudaIpcOpenMemHandle)(void**, cudaIpcMemHandle_t, unsigned int);
-  cudaError_t (*cudaIpcCloseMemHandle)(void*);
-  // CUDA driver (libcuda.so.1, already loaded by the runtime); nullptr when not found: only
-  // the multi-process mode needs it, and says so.
-  CUresult (*cuPointerGetAttribute)(void*, CUpointer_attribute, CUdeviceptr);
-  // cuSolverMg
-  cusolverStatus_t (*cusolverMgCreate)(cusolverMgHandle_t*);
-  cusolverStatus_t (*cusolverMgDestroy)(cusolverMgHandle_t);
-  cusolverStatus_t (*cusolverMgDeviceSelect)(cusolverMgHandle_t, int, int[]);
-  cusolverStatus_t (*cusolverMgCreateDeviceGrid)(cudaLibMgGrid_t*, int32_t, int32_t,
-                                                 const int32_t[], cusolverMgGridMapping_t);
-  cusolverStatus_t (*cusolverMgDestroyGrid)(cudaLibMgGrid_t);
-  cusolverStatus_t (*cusolverMgCreateMatrixDesc)(cudaLibMgMatrixDesc_t*, int64_t, int64_t,
-                                                 int64_t, int64_t, cudaDataType,
-                                                 const cudaLibMgGrid_t);
-  cusolverStatus_t (*cusolverMgDestroyMatrixDesc)(cudaLibMgMatrixDesc_t);
-  cusolverStatus_t (*cusolverMgPotrf_bufferSize)(cusolverMgHandle_t, cublasFillMode_t, int,
-                                                 void*[], int, int, cudaLibMgMatrixDesc_t,
-                                                 cudaDataType, int64_t*);
-  cusolverStatus_t (*cusolverMgPotrf)(cusolverMgHandle_t, cublasFillMode_t, int, void*[], int,
-                                      int, cudaLibMgMatrixDesc_t, cudaDataType, void*[],
-                                      int64_t, int*);
-  cusolverStatus_t (*cusolverMgPotrs_bufferSize)(cusolverMgHandle_t, cublasFillMode_t, int,
-                                                 int, void*[], int, int, cudaLibMgMatrixDesc_t,
-                                                 void*[], int, int, cudaLibMgMatrixDesc_t,
-                                                 cudaDataType, int64_t*);
-  cusolverStatus_t (*cusolverMgPotrs)(cusolverMgHandle_t, cublasFillMode_t, int, int, void*[],
-                                      int, int, cudaLibMgMatrixDesc_t, void*[], int, int,
-                                      cudaLibMgMatrixDesc_t, cudaDataType, void*[], int64_t,
-                                      int*);
-  cusolverStatus_t (*cusolverMgPotri_bufferSize)(cusolverMgHandle_t, cublasFillMode_t, int,
-                                                 void*[], int, int, cudaLibMgMatrixDesc_t,
-                                                 cudaDataType, int64_t*);
-  cusolverStatus_t (*cusolverMgPotri)(cusolverMgHandle_t, cublasFillMode_t, int, void*[], int,
-                                      int, cudaLibMgMatrixDesc_t, cudaDataType, void*[],
-                                      int64_t, int*);
-  cusolverStatus_t (*cusolverMgSyevd_bufferSize)(cusolverMgHandle_t, cusolverEigMode_t,
-                                                 cublasFillMode_t, int, void*[], int, int,
-                                                 cudaLibMgMatrixDesc_t, void*, cudaDataType,
-                                                 cudaDataType, int64_t*);
-  cusolverStatus_t (*cusolverMgSyevd)(cusolverMgHandle_t, cusolverEigMode_t, cublasFillMode_t,
-                                      int, void*[], int, int, cudaLibMgMatrixDesc_t, void*,
-                                      cudaDataType, cudaDataType, void*[], int64_t, int*);
+#define JAXMG_API_MEMBER(ret, name, params) ret(*name) params = nullptr;
+  JAXMG_CUDART_FUNCTIONS(JAXMG_API_MEMBER)
+  JAXMG_DRIVER_FUNCTIONS(JAXMG_API_MEMBER)
+  JAXMG_CUSOLVERMG_FUNCTIONS(JAXMG_API_MEMBER)
+#undef JAXMG_API_MEMBER
 };
 
 // Set where to look (NVIDIA wheel lib folders first); then the system loader's own search.

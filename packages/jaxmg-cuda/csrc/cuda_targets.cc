@@ -38,10 +38,8 @@ namespace {
 std::mutex load_mu;
 std::vector<std::string>* library_dirs = new std::vector<std::string>();
 
-// One library by soname: the copy already in the process (jax's CUDA plugin loads the
-// runtime), else the first of the candidate folders, else the loader's own search path.
+// One library by soname: the first of the candidate folders, else the loader's own search path.
 void* Open(const std::string& name, std::string* tried) {
-  if (void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD)) return h;
   for (const std::string& dir : *library_dirs) {
     const std::string path = dir + "/" + name;
     if (void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL)) return h;
@@ -50,6 +48,60 @@ void* Open(const std::string& name, std::string* tried) {
   const char* why = dlerror();
   *tried += "\n  " + name + ": " + (why != nullptr ? why : "not found");
   return nullptr;
+}
+
+// The CUDA versions jaxmg knows: a runtime and the cuSolverMg built against it.
+struct Version {
+  const char* name;
+  const char* runtime;
+  const char* solver;
+  const char* wheels;
+};
+constexpr Version kVersions[] = {
+    {"CUDA 13", "libcudart.so.13", "libcusolverMg.so.12", "nvidia-cuda-runtime nvidia-cusolver"},
+    {"CUDA 12", "libcudart.so.12", "libcusolverMg.so.11",
+     "nvidia-cuda-runtime-cu12 nvidia-cusolver-cu12"},
+};
+
+// The runtime and its cuSolverMg, as a matched pair. A runtime already in the process (jax's
+// CUDA plugin loads one) decides the version: a second runtime beside it would not share its
+// contexts. Otherwise the newest pair that loads whole; a runtime whose cuSolverMg is missing
+// is released again.
+bool OpenPair(void** rt, void** mg, std::string* error) {
+  std::string tried;
+  for (const Version& v : kVersions) {
+    void* loaded = dlopen(v.runtime, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
+    if (loaded == nullptr) continue;
+    *mg = Open(v.solver, &tried);
+    if (*mg != nullptr) {
+      *rt = loaded;
+      return true;
+    }
+    dlclose(loaded);  // drops only the reference taken here
+    *error = std::string("jaxmg: the process already runs the ") + v.name + " runtime (" +
+             v.runtime + ", loaded by jax's CUDA plugin), but its cuSolverMg (" + v.solver +
+             ") was not found:" + tried + "\nInstall it (pip install " + v.wheels +
+             ") or add its folder to LD_LIBRARY_PATH; jaxmg never loads a second CUDA runtime.";
+    return false;
+  }
+  for (const Version& v : kVersions) {
+    void* runtime = Open(v.runtime, &tried);
+    if (runtime == nullptr) continue;
+    *mg = Open(v.solver, &tried);
+    if (*mg != nullptr) {
+      *rt = runtime;
+      return true;
+    }
+    dlclose(runtime);
+  }
+  std::string dirs;
+  for (const std::string& dir : *library_dirs) dirs += " " + dir;
+  *error = "jaxmg: could not load the CUDA runtime and cuSolverMg (CUDA 13: libcudart.so.13 + "
+           "libcusolverMg.so.12; CUDA 12: libcudart.so.12 + libcusolverMg.so.11). Looked in" +
+           dirs + " and on the loader's path:" + tried +
+           "\nInstall NVIDIA's wheels (e.g. pip install nvidia-cusolver-cu12 "
+           "nvidia-cuda-runtime-cu12, or the CUDA 13 set) or add the folder to LD_LIBRARY_PATH.";
+  return false;
 }
 
 }  // namespace
@@ -68,90 +120,42 @@ const Api* Load(std::string* error) {
     *error = failure;
     return nullptr;
   }
-  std::string tried;
-  // Matching pairs only: CUDA 13 (jax's cuda13 plugin) first, then CUDA 12. The handles stay
-  // open for the life of the process.
+  // The handles stay open for the life of the process.
   void* rt = nullptr;
   void* mg = nullptr;
-  for (const auto& [runtime, solver] :
-       {std::pair<const char*, const char*>{"libcudart.so.13", "libcusolverMg.so.12"},
-        std::pair<const char*, const char*>{"libcudart.so.12", "libcusolverMg.so.11"}}) {
-    rt = Open(runtime, &tried);
-    mg = rt != nullptr ? Open(solver, &tried) : nullptr;
-    if (rt != nullptr && mg != nullptr) break;
-  }
-  if (rt == nullptr || mg == nullptr) {
-    std::string dirs;
-    for (const std::string& dir : *library_dirs) dirs += " " + dir;
-    failure = "jaxmg: could not load the CUDA runtime and cuSolverMg (CUDA 13: libcudart.so.13 "
-              "+ libcusolverMg.so.12; CUDA 12: libcudart.so.12 + libcusolverMg.so.11). Looked "
-              "in the process, in" + dirs + " and on the loader's path:" + tried +
-              "\nInstall NVIDIA's wheels (e.g. pip install nvidia-cusolver-cu12 "
-              "nvidia-cuda-runtime-cu12, or the CUDA 13 set) or add the folder to "
-              "LD_LIBRARY_PATH.";
+  if (!OpenPair(&rt, &mg, &failure)) {
     *error = failure;
     return nullptr;
   }
-  auto* table = new Api();
-  bool ok = true;
+  auto table = std::make_unique<Api>();
+  std::string missing;
   auto bind = [&](void* lib, const char* name, auto& slot) {
-    void* sym = dlsym(lib, name);
-    if (sym == nullptr) {
-      ok = false;
-      failure += std::string(" ") + name;
-    }
+    void* sym = lib != nullptr ? dlsym(lib, name) : nullptr;
+    if (sym == nullptr) missing += std::string(" ") + name;
     slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(sym);
   };
-#define JAXMG_BIND(lib, name) bind(lib, #name, table->name)
-  JAXMG_BIND(rt, cudaGetDevice);
-  JAXMG_BIND(rt, cudaSetDevice);
-  JAXMG_BIND(rt, cudaStreamSynchronize);
-  JAXMG_BIND(rt, cudaStreamCreate);
-  JAXMG_BIND(rt, cudaStreamDestroy);
-  JAXMG_BIND(rt, cudaMemcpy);
-  JAXMG_BIND(rt, cudaMemcpyAsync);
-  JAXMG_BIND(rt, cudaMemsetAsync);
-  JAXMG_BIND(rt, cudaDeviceCanAccessPeer);
-  JAXMG_BIND(rt, cudaDeviceEnablePeerAccess);
-  JAXMG_BIND(rt, cudaGetErrorString);
-  JAXMG_BIND(rt, cudaGetLastError);
-  JAXMG_BIND(rt, cudaDeviceSynchronize);
-  JAXMG_BIND(rt, cudaMalloc);
-  JAXMG_BIND(rt, cudaFree);
-  JAXMG_BIND(rt, cudaDeviceGetPCIBusId);
-  JAXMG_BIND(rt, cudaDeviceGetByPCIBusId);
-  JAXMG_BIND(rt, cudaIpcGetMemHandle);
-  JAXMG_BIND(rt, cudaIpcOpenMemHandle);
-  JAXMG_BIND(rt, cudaIpcCloseMemHandle);
-  JAXMG_BIND(mg, cusolverMgCreate);
-  JAXMG_BIND(mg, cusolverMgDestroy);
-  JAXMG_BIND(mg, cusolverMgDeviceSelect);
-  JAXMG_BIND(mg, cusolverMgCreateDeviceGrid);
-  JAXMG_BIND(mg, cusolverMgDestroyGrid);
-  JAXMG_BIND(mg, cusolverMgCreateMatrixDesc);
-  JAXMG_BIND(mg, cusolverMgDestroyMatrixDesc);
-  JAXMG_BIND(mg, cusolverMgPotrf_bufferSize);
-  JAXMG_BIND(mg, cusolverMgPotrf);
-  JAXMG_BIND(mg, cusolverMgPotrs_bufferSize);
-  JAXMG_BIND(mg, cusolverMgPotrs);
-  JAXMG_BIND(mg, cusolverMgPotri_bufferSize);
-  JAXMG_BIND(mg, cusolverMgPotri);
-  JAXMG_BIND(mg, cusolverMgSyevd_bufferSize);
-  JAXMG_BIND(mg, cusolverMgSyevd);
-#undef JAXMG_BIND
-  // Optional: the driver, which the runtime has loaded by the time a GPU call runs.
-  std::string unused;
-  if (void* driver = Open("libcuda.so.1", &unused)) {
-    table->cuPointerGetAttribute = reinterpret_cast<decltype(table->cuPointerGetAttribute)>(
-        dlsym(driver, "cuPointerGetAttribute"));
-  }
-  if (!ok) {
-    failure = "jaxmg: the CUDA libraries lack symbols:" + failure;
+#define JAXMG_BIND_RT(ret, name, params) bind(rt, #name, table->name);
+#define JAXMG_BIND_MG(ret, name, params) bind(mg, #name, table->name);
+  JAXMG_CUDART_FUNCTIONS(JAXMG_BIND_RT)
+  JAXMG_CUSOLVERMG_FUNCTIONS(JAXMG_BIND_MG)
+#undef JAXMG_BIND_RT
+#undef JAXMG_BIND_MG
+  if (!missing.empty()) {
+    failure = "jaxmg: the CUDA libraries lack symbols:" + missing;
     *error = failure;
-    delete table;
     return nullptr;
   }
-  api = table;
+  // Optional: the driver, which the runtime has loaded by the time a GPU call runs.
+  std::string unused;
+  void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
+  if (driver == nullptr) driver = Open("libcuda.so.1", &unused);
+  if (driver != nullptr) {
+#define JAXMG_BIND_DRIVER(ret, name, params) \
+  table->name = reinterpret_cast<decltype(table->name)>(dlsym(driver, #name));
+    JAXMG_DRIVER_FUNCTIONS(JAXMG_BIND_DRIVER)
+#undef JAXMG_BIND_DRIVER
+  }
+  api = table.release();
   return api;
 }
 

@@ -214,7 +214,7 @@ def run_calls(folder, calls, tmp_path, env=None):
         env=dict(os.environ, JAXMG_TIMEOUT_S="20", **(env or {})),
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    return pickle.loads(results_path.read_bytes())
+    return dict(pickle.loads(results_path.read_bytes()), stderr=done.stderr)
 
 
 def _gpu_count():
@@ -256,6 +256,7 @@ class Libraries:
         assert state["violations"] == 0, state["violation_text"]
         assert state["live_allocations"] == 0 and state["open_ipc"] == 0
         assert state["queued_ops"] == 0
+        assert state["library_busy"] == 0
         if solver_calls is not None:
             assert state["solver_calls"] == solver_calls
 
@@ -271,6 +272,7 @@ def libraries(request):
 # --- on the emulator (CI) -------------------------------------------------------------------
 
 EMULATED = cases_for_emulator()
+EMULATED_OPS = ("potrs", "potri", "syevd")
 
 
 @pytest.fixture(scope="module")
@@ -296,6 +298,7 @@ def test_emulator_saw_no_misuse_and_nothing_leaked(emulated):
     assert state["violations"] == 0, state["violation_text"]
     assert state["live_allocations"] == 0
     assert state["queued_ops"] == 0
+    assert state["library_busy"] == 0  # every device synchronised after each library call
     assert state["open_ipc"] == 0
     assert state["solver_calls"] >= len(EMULATED)
 
@@ -332,6 +335,39 @@ def test_not_positive_definite_flagged_by_status_on_emulator(emulator, tmp_path,
     result = out["results"][0]
     assert result["errors"] == ["", ""] and result["status"] == [7, 7]
     assert all(np.isnan(x).all() for x in unpack(kwargs, result)["x"])
+
+
+def test_not_positive_definite_flagged_by_status_alone_on_emulator(emulator, tmp_path):
+    """cusolverMgPotrf returning CUSOLVER_STATUS_INTERNAL_ERROR with info 0 for a matrix that
+    is not positive definite (what the cuSolverMg-era jaxmg's GPU tests saw): status N + 1,
+    "not positive definite, order unknown", and NaN; not an error."""
+    kwargs, _ = make_case("potrs", "float64", 12, 2, [0, 1], spd=False)
+    env = {"FAKECUDA_NOT_PD_STATUS": "7", "FAKECUDA_NOT_PD_ZERO_INFO": "1"}
+    out = run_calls(emulator, [kwargs], tmp_path, env=env)
+    result = out["results"][0]
+    assert result["errors"] == ["", ""] and result["status"] == [13, 13]
+    assert all(np.isnan(x).all() for x in unpack(kwargs, result)["x"])
+
+
+def test_other_failing_status_without_info_is_an_error_on_emulator(emulator, tmp_path):
+    """Any other failing status without info (here EXECUTION_FAILED) is the library's error,
+    raised on every position with its name."""
+    kwargs, _ = make_case("potri", "float64", 12, 2, [0, 1], spd=False)
+    env = {"FAKECUDA_NOT_PD_STATUS": "6", "FAKECUDA_NOT_PD_ZERO_INFO": "1"}
+    errors = run_calls(emulator, [kwargs], tmp_path, env=env)["results"][0]["errors"]
+    assert len(errors) == 2 and all("CUSOLVER_STATUS_EXECUTION_FAILED" in e for e in errors)
+
+
+def test_without_peer_access_on_emulator(emulator, tmp_path):
+    """cudaDeviceEnablePeerAccess failing (cudaErrorTooManyPeers, past 8 PCIe GPUs): the calls
+    go on without peer access, right, and the process says so once."""
+    calls = [make_case(op, "float64", 15, 2, [2, 0, 1], in_place=True) for op in EMULATED_OPS]
+    out = run_calls(emulator, [k for k, _ in calls], tmp_path, env={"FAKECUDA_PEER_ERROR": "711"})
+    for (kwargs, data), result in zip(calls, out["results"], strict=True):
+        check(kwargs, data, result)
+    assert out["stderr"].count("peer access from GPU") == 1, out["stderr"]
+    state = out["emulator"]
+    assert state["violations"] == 0, state["violation_text"]
 
 
 def test_repeated_gpu_is_refused_before_the_library(libraries, tmp_path):

@@ -256,11 +256,14 @@ Outcome RunLibrary(const Operands& o, const Problem& p, Backend& backend, MgCall
   int info = 0;
   if (Outcome r = ApplyMoves(o.to_cyclic, p, backend, call); !r.ok) return r;
   Outcome run = backend.Run(call, &info);
+  // The library may still be working on its own streams when it returns (NVIDIA's samples
+  // synchronise every device after each cuSolverMg call): nothing reads or moves the blocks,
+  // and no participant hands them back to XLA, before every device is done. Also on failure.
+  Outcome sync = backend.SynchronizeAll(call.devices);
   if (!run.ok) return run;
+  if (!sync.ok) return sync;
   *info_out = info;
   const bool returns_a = o.op == Op::kPotri || (o.op == Op::kSyevd && o.vectors);
-  // The library has finished with the blocks: it returned `info` on the host (the x broadcast
-  // below relies on the same). No device-wide synchronisation: XLA may have other work queued.
   if (returns_a && info == 0) {
     if (Outcome r = ApplyMoves(o.from_cyclic, p, backend, call); !r.ok) return r;
   }

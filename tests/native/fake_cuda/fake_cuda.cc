@@ -14,7 +14,10 @@
 //   c++ -std=c++17 -O1 -g -shared -fPIC -Wl,-soname,libfakecuda.so -o libfakecuda.so
 //       fake_cuda.cc -lpthread
 // FAKECUDA_DEVICES (1..16, default 16) sets the number of emulated devices.
-// FAKECUDA_NOT_PD_STATUS: see cusolverMgPotrf below.
+// FAKECUDA_NOT_PD_STATUS, FAKECUDA_NOT_PD_ZERO_INFO: see cusolverMgPotrf below.
+// FAKECUDA_PEER_ERROR=e: cudaDeviceEnablePeerAccess fails with cudaError e (e.g. 711,
+// cudaErrorTooManyPeers), and copies between devices without peer access are allowed, as real
+// CUDA stages them through host memory.
 #include <fcntl.h>
 #include <strings.h>
 #include <sys/mman.h>
@@ -142,6 +145,17 @@ auto* peers = new std::set<std::pair<int, int>>();                       // (dev
 auto* streams = new std::set<Stream*>();
 uint64_t next_serial = 1;
 long solver_calls = 0;
+// Devices on which a cuSolverMg call may still be running: the library works on streams of its
+// own, so its results are only safe to touch after cudaDeviceSynchronize on each device.
+auto* library_busy = new std::set<int>();
+
+int PeerError() {
+  static const int e = [] {
+    const char* env = std::getenv("FAKECUDA_PEER_ERROR");
+    return env != nullptr ? std::atoi(env) : 0;
+  }();
+  return e;
+}
 
 // The allocation holding p, or nullptr (host memory).
 const Alloc* Find(const void* p, uintptr_t* base = nullptr) {
@@ -200,11 +214,15 @@ bool CheckCopy(Checker& c, void* dst, const void* src, size_t bytes, int kind, i
   if (kind != kH2D && kind != kD2H && kind != kDefault) c.Fail(S("cudaMemcpyKind ", kind));
   if (dd >= 0 && !InOne(dst, bytes)) c.Fail("destination runs past its allocation" + where);
   if (sd >= 0 && !InOne(src, bytes)) c.Fail("source runs past its allocation" + where);
+  for (int dev : {dd, sd})
+    if (library_busy->count(dev) != 0)
+      c.Fail(S("memory of device ", dev, " touched while a cuSolverMg call may still run there ",
+               "(no cudaDeviceSynchronize on that device after the call)", where));
   if (stream_device < 0 || !c.ok()) return c.ok();
   if (kind == kDefault && dd >= 0 && sd >= 0 && dd != sd) {  // a peer copy
     if (dd != stream_device && sd != stream_device)
       c.Fail(S("peer copy between two devices other than the stream's ", stream_device, where));
-    else if (peers->count({dd, sd}) == 0 && peers->count({sd, dd}) == 0)
+    else if (PeerError() == 0 && peers->count({dd, sd}) == 0 && peers->count({sd, dd}) == 0)
       c.Fail("peer copy without cudaDeviceEnablePeerAccess between the devices" + where);
   } else if ((dd >= 0 && dd != stream_device) || (sd >= 0 && sd != stream_device)) {
     c.Fail(S("device memory not on the stream's device ", stream_device, where));
@@ -401,6 +419,7 @@ int Run(Checker& c, const Desc* d, const Desc* db, void** work, int64_t lwork, i
                " queued operations: the caller did not synchronise"));
   if (!c.ok()) return c.Report(kMgInvalidValue);
   ++solver_calls;
+  library_busy->insert(devices.begin(), devices.end());
   for (size_t p = 0; p < d->ids.size(); ++p) std::memset(work[p], 0x5A, bytes);
   *info = 0;
   return kSuccess;
@@ -548,9 +567,13 @@ int PotrfPotri(const char* fn, bool inverse, void* h, int uplo, int n, void** a,
     *info = Cholesky(m, n);
     Scatter(*d, a, n, m, true);
     // FAKECUDA_NOT_PD_STATUS=s: report a matrix that is not positive definite through a
-    // failing status s as well as info > 0 (how real cuSolverMg reports it is not known).
-    if (const char* s = std::getenv("FAKECUDA_NOT_PD_STATUS"); s != nullptr && *info > 0)
+    // failing status s as well as info > 0, or, with FAKECUDA_NOT_PD_ZERO_INFO=1, through the
+    // status alone (info 0). Which of the three real cuSolverMg does is not known.
+    if (const char* s = std::getenv("FAKECUDA_NOT_PD_STATUS"); s != nullptr && *info > 0) {
+      if (const char* z = std::getenv("FAKECUDA_NOT_PD_ZERO_INFO"); z != nullptr && *z == '1')
+        *info = 0;
       return std::atoi(s);
+    }
   }
   return kSuccess;
 }
@@ -666,6 +689,7 @@ int cudaDeviceSynchronize() {
   std::lock_guard<std::mutex> lock(mu);
   for (Stream* s : *streams)
     if (s->device == current) Drain(s);
+  library_busy->erase(current);
   return kSuccess;
 }
 
@@ -701,6 +725,10 @@ int cudaMemsetAsync(void* dst, int value, size_t bytes, void* stream) {
     return RtViolation("cudaMemsetAsync", S(dst, " + ", bytes, " bytes is not inside memory of "
                                             "the stream's device ", s->device, " (pointer on ",
                                             DeviceOf(dst), ", -1 = host)"));
+  if (library_busy->count(s->device) != 0)
+    return RtViolation("cudaMemsetAsync", S("memory of device ", s->device, " set while a ",
+                                            "cuSolverMg call may still run there (no ",
+                                            "cudaDeviceSynchronize on that device after it)"));
   s->queue.push_back(Op{true, static_cast<char*>(dst), nullptr, {}, bytes, value,
                         {{reinterpret_cast<uintptr_t>(dst), bytes}}});
   return kSuccess;
@@ -718,6 +746,7 @@ int cudaDeviceEnablePeerAccess(int peer, unsigned int flags) {
   if (flags != 0 || peer == current)
     return RtViolation("cudaDeviceEnablePeerAccess", S("peer ", peer, " from device ", current,
                                                        ", flags ", flags, " (need 0)"));
+  if (PeerError() != 0) return Rt(PeerError());
   std::lock_guard<std::mutex> lock(mu);
   return peers->insert({current, peer}).second ? kSuccess : Rt(kPeerAlreadyEnabled);
 }
@@ -995,6 +1024,11 @@ long fakecuda_queued_ops() {  // NOLINT(runtime/int): queued on all streams, not
   long n = 0;  // NOLINT(runtime/int)
   for (Stream* s : *streams) n += static_cast<long>(s->queue.size());  // NOLINT(runtime/int)
   return n;
+}
+
+long fakecuda_library_busy() {  // NOLINT(runtime/int): devices not synchronised after a call
+  std::lock_guard<std::mutex> lock(mu);
+  return static_cast<long>(library_busy->size());  // NOLINT(runtime/int)
 }
 
 long fakecuda_solver_calls() {  // NOLINT(runtime/int): potrf/potrs/potri/syevd computed

@@ -23,7 +23,12 @@ from jaxmg_cuda import _jaxmg_cuda
 
 def emulator_state(library_dir):
     lib = ctypes.CDLL(os.path.join(library_dir, "libcudart.so.13"))
-    for name in ("fakecuda_live_allocations", "fakecuda_open_ipc", "fakecuda_queued_ops"):
+    for name in (
+        "fakecuda_live_allocations",
+        "fakecuda_open_ipc",
+        "fakecuda_queued_ops",
+        "fakecuda_library_busy",
+    ):
         getattr(lib, name).restype = ctypes.c_long
     lib.fakecuda_solver_calls.restype = ctypes.c_long
     buf = ctypes.create_string_buffer(1 << 16)
@@ -34,6 +39,7 @@ def emulator_state(library_dir):
         "live_allocations": lib.fakecuda_live_allocations(),
         "open_ipc": lib.fakecuda_open_ipc(),
         "queued_ops": lib.fakecuda_queued_ops(),
+        "library_busy": lib.fakecuda_library_busy(),
         "solver_calls": lib.fakecuda_solver_calls(),
     }
 

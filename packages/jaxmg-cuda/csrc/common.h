@@ -10,6 +10,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "rendezvous.h"
 #include "xla/ffi/api/ffi.h"
@@ -63,10 +64,29 @@ inline ffi::DataType RealTypeOf(Dtype d) {
   return RealElementSize(d) == 4 ? ffi::DataType::F32 : ffi::DataType::F64;
 }
 
-// Narrow a 64-bit size to the library's int, or explain why not.
-inline std::optional<int> CheckedInt(int64_t value) {
-  if (value < 0 || value > std::numeric_limits<int>::max()) return std::nullopt;
-  return static_cast<int>(value);
+// Narrows `value`, the quantity `what` (e.g. "N", "lwork of dsyevd"), to one of the vendor
+// library's `int` arguments (LAPACK, cuSolverMg), or says why it does not fit. Every such
+// argument goes through here; byte counts stay size_t / int64_t and are not limited by it.
+inline Outcome NarrowToInt(int64_t value, const std::string& what, int* out) {
+  if (value < 0 || value > std::numeric_limits<int>::max()) {
+    return Outcome::Fail(what + "=" + std::to_string(value) + " does not fit the library's " +
+                         "32-bit int argument (at most " +
+                         std::to_string(std::numeric_limits<int>::max()) + ")");
+  }
+  if (out != nullptr) *out = static_cast<int>(value);
+  return {};
+}
+
+// The sizes of a call that reach the library as `int`: N (also the leading dimension), the
+// local width L, T_A, and nrhs (potrs; 0 otherwise). "" when all fit, else what does not.
+// No product of them is an argument: B is N x nrhs with leading dimension N, each an int.
+inline std::string CheckLibrarySizes(int64_t n, int64_t local, int64_t tile, int64_t nrhs) {
+  const std::pair<const char*, int64_t> sizes[] = {
+      {"N", n}, {"the local width L", local}, {"T_A", tile}, {"nrhs", nrhs}};
+  for (const auto& [what, value] : sizes) {
+    if (Outcome r = NarrowToInt(value, what, nullptr); !r.ok) return r.message;
+  }
+  return "";
 }
 
 // The key of a call's meeting: its device ids in mesh order plus the trace-time call id.
@@ -112,8 +132,8 @@ inline std::string CheckMatrix(const char* target, ffi::AnyBuffer::Dimensions di
     err << "the local width L=" << p->local << " is not a multiple of T_A=" << tile;
   } else if (position < 0 || position >= p->ndev) {
     err << "mesh position " << position << " is outside [0, " << p->ndev << ")";
-  } else if (!CheckedInt(p->n) || !CheckedInt(p->local) || !CheckedInt(tile)) {
-    err << "sizes beyond the 32-bit range of the library (N=" << p->n << ")";
+  } else if (std::string sizes = CheckLibrarySizes(p->n, p->local, tile, 0); !sizes.empty()) {
+    err << sizes;
   } else {
     // Tiles of this position: position, position + ndev, ... below num_tiles.
     int64_t mine = p->num_tiles() > position ? (p->num_tiles() - position + p->ndev - 1) / p->ndev

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <complex>
 #include <cstdio>
 #include <cstdlib>
@@ -74,6 +75,17 @@ struct EigWork {
   int lwork = 0, lrwork = 0, liwork = 0;
 };
 
+// A workspace size LAPACK's query returned as a floating-point number, rounded up (a float
+// may round it down), plus one, narrowed to LAPACK's int.
+template <typename R>
+Outcome QueriedSize(R value, const std::string& what, int* out) {
+  const double size = std::ceil(static_cast<double>(value)) + 1;
+  if (size >= 0 && size < 9.2e18) return NarrowToInt(static_cast<int64_t>(size), what, out);
+  // NaN, negative or beyond int64_t: no conversion is defined, say so directly.
+  return Outcome::Fail(what + "=" + std::to_string(size) + " from LAPACK's workspace query " +
+                       "does not fit the library's 32-bit int argument");
+}
+
 template <typename T>
 Outcome QueryEig(int n, bool vectors, EigWork* out) {
   using L = Lapack<T>;
@@ -87,7 +99,10 @@ Outcome QueryEig(int n, bool vectors, EigWork* out) {
     if (Outcome r = L::Get("heevd", &heevd); !r.ok) return r;
     heevd(&jobz, &uplo, &n, nullptr, &lda, nullptr, &work, &lwork, &rwork, &lrwork, &iwork,
           &liwork, &info);
-    out->lrwork = static_cast<int>(rwork) + 1;
+    if (Outcome r = QueriedSize(rwork, std::string(1, Prefix<T>::value) + "heevd lrwork",
+                                &out->lrwork);
+        !r.ok)
+      return r;
   } else {
     typename L::Syevd syevd = nullptr;
     if (Outcome r = L::Get("syevd", &syevd); !r.ok) return r;
@@ -95,7 +110,11 @@ Outcome QueryEig(int n, bool vectors, EigWork* out) {
   }
   if (info != 0) return Outcome::Fail("jaxmg: LAPACK workspace query failed, info " +
                                       std::to_string(info));
-  out->lwork = static_cast<int>(std::real(work)) + 1;
+  const char* routine = kIsComplex<T> ? "heevd" : "syevd";
+  if (Outcome r = QueriedSize(std::real(work), Prefix<T>::value + std::string(routine) + " lwork",
+                              &out->lwork);
+      !r.ok)
+    return r;
   out->liwork = std::max(iwork, 1);
   return {};
 }
@@ -139,6 +158,15 @@ void Scatter(const MgCall& c, const T* full) {
   }
 }
 
+// LAPACK's info < 0: argument -info of the routine was illegal. That is a fault of jaxmg's
+// call, not of the user's matrix, so it is an error on every participant, never a status.
+template <typename T>
+Outcome IllegalArgument(const char* routine, int info) {
+  return Outcome::Fail("jaxmg: LAPACK " + std::string(1, Prefix<T>::value) + routine +
+                       " rejected argument " + std::to_string(-info) + " as illegal (info=" +
+                       std::to_string(info) + "): a bug in jaxmg, please report it");
+}
+
 // The typed implementation: one library call for all positions.
 template <typename T>
 Outcome RunImpl(const MgCall& c, int* info) {
@@ -147,22 +175,28 @@ Outcome RunImpl(const MgCall& c, int* info) {
   T* full = static_cast<T*>(c.work[0]);
   char uplo = 'L';
   int n = c.n, lda = c.lda;
+  // Test hook: an illegal leading dimension for the library call, to provoke info < 0.
+  const char* bad_lda = std::getenv("JAXMG_TEST_ILLEGAL_LDA");
+  int lib_lda = bad_lda != nullptr && std::strcmp(bad_lda, "1") == 0 ? 0 : lda;
   *info = 0;
   Gather<T>(c, full);
   if (c.op == Op::kPotrs || c.op == Op::kPotri) {
     typename L::Potrf potrf = nullptr;
     if (Outcome r = L::Get("potrf", &potrf); !r.ok) return r;
-    potrf(&uplo, &n, full, &lda, info);
+    potrf(&uplo, &n, full, &lib_lda, info);
+    if (*info < 0) return IllegalArgument<T>("potrf", *info);
     if (*info == 0 && c.op == Op::kPotrs && c.nrhs > 0) {
       typename L::Potrs potrs = nullptr;
       if (Outcome r = L::Get("potrs", &potrs); !r.ok) return r;
       int nrhs = c.nrhs;
-      potrs(&uplo, &n, &nrhs, full, &lda, static_cast<T*>(c.b[0]), &lda, info);
+      potrs(&uplo, &n, &nrhs, full, &lib_lda, static_cast<T*>(c.b[0]), &lda, info);
+      if (*info < 0) return IllegalArgument<T>("potrs", *info);
     }
     if (*info == 0 && c.op == Op::kPotri) {
       typename L::Potrf potri = nullptr;
       if (Outcome r = L::Get("potri", &potri); !r.ok) return r;
-      potri(&uplo, &n, full, &lda, info);
+      potri(&uplo, &n, full, &lib_lda, info);
+      if (*info < 0) return IllegalArgument<T>("potri", *info);
     }
   } else {
     EigWork eig;
@@ -179,13 +213,14 @@ Outcome RunImpl(const MgCall& c, int* info) {
     if constexpr (kIsComplex<T>) {
       typename L::Heevd heevd = nullptr;
       if (Outcome r = L::Get("heevd", &heevd); !r.ok) return r;
-      heevd(&jobz, &uplo, &n, full, &lda, w, work, &eig.lwork, rwork, &eig.lrwork, iwork,
+      heevd(&jobz, &uplo, &n, full, &lib_lda, w, work, &eig.lwork, rwork, &eig.lrwork, iwork,
             &eig.liwork, info);
     } else {
       typename L::Syevd syevd = nullptr;
       if (Outcome r = L::Get("syevd", &syevd); !r.ok) return r;
-      syevd(&jobz, &uplo, &n, full, &lda, w, work, &eig.lwork, iwork, &eig.liwork, info);
+      syevd(&jobz, &uplo, &n, full, &lib_lda, w, work, &eig.lwork, iwork, &eig.liwork, info);
     }
+    if (*info < 0) return IllegalArgument<T>(kIsComplex<T> ? "heevd" : "syevd", *info);
     if (!c.vectors) return {};  // values only: the eigenvector output is unspecified
   }
   // potrs: the factor; potri: the inverse (lower triangle); syevd: the eigenvectors. On
@@ -341,41 +376,45 @@ void RegisterLapack(const std::string& name, void* fn) { LapackTable()[name] = f
 
 // --- handlers: operands in the order the Python wrappers pass them --------------------------
 
-ffi::Error PotrsCpu(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Buffer<ffi::S32> position,
+ffi::Error PotrsCpu(ffi::RunId run, ffi::AnyBuffer a, ffi::AnyBuffer b,
+                    ffi::Buffer<ffi::S32> position,
                     ffi::Result<ffi::AnyBuffer> a_out, ffi::Result<ffi::AnyBuffer> x,
                     ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t tile,
                     ffi::Span<const int64_t> device_ids, int64_t call_id, int64_t job,
                     ffi::Span<const int64_t> pids, ffi::Span<const int64_t> to_cyclic,
                     ffi::Span<const int64_t> from_cyclic) {
   Operands o = PotrsOperands(a, b, position, a_out, x, status, tile, device_ids, call_id);
-  return Run(WithAttrs(o, job, pids, to_cyclic, from_cyclic));
+  return Run(WithRun(WithAttrs(o, job, pids, to_cyclic, from_cyclic), run));
 }
 
-ffi::Error PotriCpu(ffi::AnyBuffer a, ffi::Buffer<ffi::S32> position,
+ffi::Error PotriCpu(ffi::RunId run, ffi::AnyBuffer a, ffi::Buffer<ffi::S32> position,
                     ffi::Result<ffi::AnyBuffer> a_out, ffi::Result<ffi::Buffer<ffi::S32>> status,
                     int64_t tile, ffi::Span<const int64_t> device_ids, int64_t call_id,
                     int64_t job, ffi::Span<const int64_t> pids,
                     ffi::Span<const int64_t> to_cyclic, ffi::Span<const int64_t> from_cyclic) {
   Operands o = PotriOperands(a, position, a_out, status, tile, device_ids, call_id);
-  return Run(WithAttrs(o, job, pids, to_cyclic, from_cyclic));
+  return Run(WithRun(WithAttrs(o, job, pids, to_cyclic, from_cyclic), run));
 }
 
-ffi::Error SyevdCpu(ffi::AnyBuffer a, ffi::Buffer<ffi::S32> position,
+ffi::Error SyevdCpu(ffi::RunId run, ffi::AnyBuffer a, ffi::Buffer<ffi::S32> position,
                     ffi::Result<ffi::AnyBuffer> v, ffi::Result<ffi::AnyBuffer> w,
                     ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t tile,
                     ffi::Span<const int64_t> device_ids, int64_t call_id, bool vectors,
                     int64_t job, ffi::Span<const int64_t> pids,
                     ffi::Span<const int64_t> to_cyclic, ffi::Span<const int64_t> from_cyclic) {
   Operands o = SyevdOperands(a, position, v, w, status, tile, device_ids, call_id, vectors);
-  return Run(WithAttrs(o, job, pids, to_cyclic, from_cyclic));
+  return Run(WithRun(WithAttrs(o, job, pids, to_cyclic, from_cyclic), run));
 }
 
 // A diagnostic target: all participants meet; out = [participants, distinct threads seen].
 // Used by the tests to show that XLA runs the handlers of one call concurrently.
-ffi::Error ProbeCpu(ffi::Buffer<ffi::S32> position, ffi::Result<ffi::Buffer<ffi::S32>> out,
+ffi::Error ProbeCpu(ffi::RunId run, ffi::Buffer<ffi::S32> position,
+                    ffi::Result<ffi::Buffer<ffi::S32>> out,
                     ffi::Span<const int64_t> device_ids, int64_t call_id) {
   const int ndev = static_cast<int>(std::max<size_t>(device_ids.size(), 1));
-  auto meeting = Registry::Get().Join(MeetingKey("jaxmg_probe", device_ids, call_id), ndev);
+  auto meeting = Registry::Get().Join(
+      MeetingKey("jaxmg_probe", device_ids, call_id) + "@run" + std::to_string(run.run_id), ndev,
+      /*exact=*/true);
   const int32_t pos = position.typed_data()[0];
   Slot slot;
   slot.thread = std::hash<std::thread::id>()(std::this_thread::get_id());
@@ -398,6 +437,7 @@ ffi::Error ProbeCpu(ffi::Buffer<ffi::S32> position, ffi::Result<ffi::Buffer<ffi:
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgPotrsCpu, jaxmg::PotrsCpu,
                               xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::RunId>()                  // the execution
                                   .Arg<xla::ffi::AnyBuffer>()              // a [L, N]
                                   .Arg<xla::ffi::AnyBuffer>()              // b [nrhs, N]
                                   .Arg<xla::ffi::Buffer<xla::ffi::S32>>()  // position []
@@ -414,6 +454,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgPotrsCpu, jaxmg::PotrsCpu,
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgPotriCpu, jaxmg::PotriCpu,
                               xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::RunId>()                  // the execution
                                   .Arg<xla::ffi::AnyBuffer>()              // a [L, N]
                                   .Arg<xla::ffi::Buffer<xla::ffi::S32>>()  // position []
                                   .Ret<xla::ffi::AnyBuffer>()              // inverse, aliases a
@@ -428,6 +469,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgPotriCpu, jaxmg::PotriCpu,
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgSyevdCpu, jaxmg::SyevdCpu,
                               xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::RunId>()                  // the execution
                                   .Arg<xla::ffi::AnyBuffer>()              // a [L, N]
                                   .Arg<xla::ffi::Buffer<xla::ffi::S32>>()  // position []
                                   .Ret<xla::ffi::AnyBuffer>()              // vectors, aliases a
@@ -444,6 +486,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgSyevdCpu, jaxmg::SyevdCpu,
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgProbeCpu, jaxmg::ProbeCpu,
                               xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::RunId>()                  // the execution
                                   .Arg<xla::ffi::Buffer<xla::ffi::S32>>()  // position []
                                   .Ret<xla::ffi::Buffer<xla::ffi::S32>>()  // [ndev, threads]
                                   .Attr<xla::ffi::Span<const int64_t>>("device_ids")

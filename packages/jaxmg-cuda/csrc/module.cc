@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "common.h"
 #include "cpu_twin.h"
 #include "rendezvous.h"
 #ifdef JAXMG_WITH_CUDA
@@ -142,6 +143,9 @@ PYBIND11_MODULE(_jaxmg_cuda, m) {
       "Test hook: one call of the CUDA path outside XLA on host bytes (cuda_targets.h, "
       "RunCudaOnHost); a dict of per-position outputs and errors.");
 #endif
+  m.def("check_library_sizes", &jaxmg::CheckLibrarySizes, py::arg("n"), py::arg("local"),
+        py::arg("tile"), py::arg("nrhs"),
+        "Test hook: \"\" when N, L, T_A and nrhs fit the library's int arguments, else why not.");
   m.def("open_meetings", [] { return jaxmg::Registry::Get().open_meetings(); },
         "Calls waiting for participants right now (0 between calls).");
 }

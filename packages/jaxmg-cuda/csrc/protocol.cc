@@ -3,6 +3,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -80,10 +83,8 @@ std::string CheckOperands(const Operands& o, int32_t position, int max_participa
       err << "b must be [nrhs, N=" << p->n << "] with A's dtype";
       return err.str();
     }
-    if (!CheckedInt(b[0]) || !CheckedInt(b[0] * p->n)) {
-      err << "nrhs=" << b[0] << " is beyond the library's 32-bit range";
-      return err.str();
-    }
+    if (std::string sizes = CheckLibrarySizes(p->n, p->local, p->tile, b[0]); !sizes.empty())
+      return err.str() + sizes;
     p->nrhs = b[0];
   }
   error = CheckMoves(o.target, "to_cyclic", o.to_cyclic, p);
@@ -125,7 +126,7 @@ MgCall MakeCall(const Operands& o, const Problem& p, const std::vector<Slot>& sl
   MgCall call;
   call.op = o.op;
   call.dtype = p.dtype;
-  // CheckOperands verified that these fit an int.
+  // CheckOperands verified that these fit an int (CheckLibrarySizes).
   call.n = static_cast<int>(p.n);
   call.tile = static_cast<int>(p.tile);
   call.lda = static_cast<int>(p.n);
@@ -274,6 +275,28 @@ Outcome RunLibrary(const Operands& o, const Problem& p, Backend& backend, MgCall
     if (Outcome r = backend.CopyAll(x); !r.ok) return r;
   }
   return {};
+}
+
+// Test hook JAXMG_TEST_DELAY="POSITION:SECONDS[:TIMES]": the participant at mesh position
+// POSITION sleeps SECONDS before it joins its meeting, in its first TIMES calls of this
+// process (every call without TIMES). Lets tests make one participant arrive late.
+void DelayForTests(int32_t position) {
+  static std::atomic<int64_t> delayed{0};
+  const char* text = std::getenv("JAXMG_TEST_DELAY");
+  if (text == nullptr || *text == '\0') return;
+  long long at = -1, times = -1;
+  double seconds = 0;
+  const int got = std::sscanf(text, "%lld:%lf:%lld", &at, &seconds, &times);
+  if (got < 2 || at != position || seconds <= 0) return;
+  if (got == 3 && delayed.fetch_add(1) >= times) return;
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+}
+
+// The meeting of this call: its key, and the execution when the handler knows it.
+std::shared_ptr<Meeting> JoinMeeting(const Operands& o, int participants) {
+  std::string key = MeetingKey(o.target, o.device_ids, o.call_id);
+  if (o.run_id) key += "@run" + std::to_string(*o.run_id);
+  return Registry::Get().Join(key, participants, o.run_id.has_value());
 }
 
 // --- participants in other processes (crossprocess.h) -------------------------------------
@@ -543,8 +566,8 @@ ffi::Error Participate(const Operands& o, Device& dev, Backend& backend, int max
 
   // 2. Phase 0: meet, publish, the leader sizes the workspace.
   const int ndev = static_cast<int>(std::max<size_t>(o.device_ids.size(), 1));
-  std::shared_ptr<Meeting> meeting =
-      Registry::Get().Join(MeetingKey(o.target, o.device_ids, o.call_id), ndev);
+  DelayForTests(position);
+  std::shared_ptr<Meeting> meeting = JoinMeeting(o, ndev);
   Outcome own = error.empty() ? Outcome{} : Outcome::Fail(error);
   Slot slot;
   slot.device = dev.ordinal();

@@ -9,6 +9,7 @@
 #define JAXMG_PROTOCOL_H_
 
 #include <cstdint>
+#include <optional>
 
 #include "backend.h"
 #include "common.h"
@@ -34,6 +35,10 @@ struct Operands {
   int64_t tile = 0;                   // attr T_A
   ffi::Span<const int64_t> device_ids;  // attr device_ids (mesh order; its length = ndev)
   int64_t call_id = 0;                // attr call_id
+  // XLA's RunId of this execution (ffi::RunId), the same for every device of one execution:
+  // with it a meeting is exactly one call of one execution (rendezvous.h). Absent when the
+  // handler does not bind it; the meeting is then identified by the key alone.
+  std::optional<int64_t> run_id;
   bool vectors = true;                // attr vectors (syevd)
   // Multi-process mode (one device per process, one host): `job` is the token the processes
   // agreed on (0: every participant is in this process) and `pids` the process of each mesh
@@ -59,6 +64,12 @@ inline Operands WithAttrs(Operands o, int64_t job, ffi::Span<const int64_t> pids
   o.pids = pids;
   o.to_cyclic = to_cyclic;
   o.from_cyclic = from_cyclic;
+  return o;
+}
+
+// The execution this participant belongs to (Ctx<ffi::RunId>).
+inline Operands WithRun(Operands o, ffi::RunId run) {
+  o.run_id = run.run_id;
   return o;
 }
 

@@ -92,11 +92,20 @@ Registry& Registry::Get() {
   return *registry;
 }
 
-std::shared_ptr<Meeting> Registry::Join(const std::string& key, int participants) {
+std::shared_ptr<Meeting> Registry::Join(const std::string& key, int participants,
+                                        bool exact) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (exact) {
+    for (auto g = gone_.begin(); g != gone_.end(); ++g) {
+      if (g->meeting->key() != key || g->meeting->participants() != participants) continue;
+      auto meeting = g->meeting;
+      if (++g->joined == participants) gone_.erase(g);  // the last straggler: forget it
+      return meeting;
+    }
+  }
   auto it = open_.find(key);
   if (it == open_.end() || it->second.meeting->participants() != participants) {
-    auto meeting = std::make_shared<Meeting>(key, participants);
+    auto meeting = std::make_shared<Meeting>(key, participants, exact);
     if (participants > 1) open_[key] = Open{meeting, 1};
     return meeting;
   }
@@ -109,7 +118,12 @@ void Registry::Retire(const std::shared_ptr<Meeting>& meeting) {
   if (!meeting) return;
   std::lock_guard<std::mutex> lock(mu_);
   auto it = open_.find(meeting->key());
-  if (it != open_.end() && it->second.meeting == meeting) open_.erase(it);
+  if (it == open_.end() || it->second.meeting != meeting) return;
+  if (meeting->exact_) {
+    gone_.push_back(it->second);
+    if (gone_.size() > kGone) gone_.pop_front();
+  }
+  open_.erase(it);
 }
 
 size_t Registry::open_meetings() {

@@ -11,15 +11,21 @@
 //   * once everyone has arrived the leader works with the others' buffers, so nobody returns
 //     before the leader is done (that wait is for computation, not for a peer);
 //   * an error seen by any participant reaches all of them;
-//   * meetings are keyed by the call (its device ids and trace-time call id) plus a
-//     generation, so consecutive runs of one executable and calls on disjoint device sets
-//     never share state; nothing depends on which thread serves which device.
+//   * a meeting is identified by the call (its device ids and trace-time call id) and by the
+//     XLA execution it belongs to (its RunId, shared by every device of one execution and
+//     unique per execution), so a participant that arrives after the others gave up can never
+//     meet a later run of the same program, nor two programs that lower to the same key
+//     (device ids unknown at trace time) meet each other. Within one execution a call may run
+//     several times (a loop, a function called twice): every participant runs them in the same
+//     order, and a meeting leaves the registry once all have joined, so the next one is new.
+//     Nothing depends on which thread serves which device.
 #ifndef JAXMG_RENDEZVOUS_H_
 #define JAXMG_RENDEZVOUS_H_
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -51,8 +57,8 @@ double TimeoutSeconds();  // JAXMG_TIMEOUT_S, default 60
 
 class Meeting : public std::enable_shared_from_this<Meeting> {
  public:
-  Meeting(std::string key, int participants)
-      : key_(std::move(key)), n_(participants), slots_(participants) {}
+  Meeting(std::string key, int participants, bool exact)
+      : key_(std::move(key)), n_(participants), exact_(exact), slots_(participants) {}
 
   int participants() const { return n_; }
   const std::string& key() const { return key_; }
@@ -80,6 +86,7 @@ class Meeting : public std::enable_shared_from_this<Meeting> {
   friend class Registry;
   std::string key_;
   int n_;
+  bool exact_;  // the key names one execution (Registry::Join)
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Slot> slots_;
@@ -90,21 +97,27 @@ class Meeting : public std::enable_shared_from_this<Meeting> {
 };
 
 // Hands out the open meeting of a call; a meeting leaves the registry once full (all
-// participants joined) or when it fails, so the next run of the same call gets a new one.
+// participants joined) or when it times out, so the next run of the same call gets a new one.
 class Registry {
  public:
   static Registry& Get();
-  std::shared_ptr<Meeting> Join(const std::string& key, int participants);
+  // `exact`: the key names one execution (it holds its RunId). A participant that arrives
+  // after the others of such a meeting timed out then gets that meeting, failed, and returns
+  // its error at once instead of waiting a deadline for peers that are gone. (Only the last
+  // kGone such meetings are remembered; an older one's late participant times out alone.)
+  std::shared_ptr<Meeting> Join(const std::string& key, int participants, bool exact);
   void Retire(const std::shared_ptr<Meeting>& meeting);
   size_t open_meetings();
 
  private:
+  static constexpr size_t kGone = 64;
   struct Open {
     std::shared_ptr<Meeting> meeting;
     int joined = 0;
   };
   std::mutex mu_;
   std::map<std::string, Open> open_;
+  std::deque<Open> gone_;  // exact meetings that timed out before everyone joined, oldest first
 };
 
 }  // namespace jaxmg

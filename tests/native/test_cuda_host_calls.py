@@ -358,6 +358,18 @@ def test_other_failing_status_without_info_is_an_error_on_emulator(emulator, tmp
     assert len(errors) == 2 and all("CUSOLVER_STATUS_EXECUTION_FAILED" in e for e in errors)
 
 
+@pytest.mark.parametrize("op", EMULATED_OPS)
+def test_illegal_argument_is_an_error_on_emulator(emulator, tmp_path, op):
+    """cuSolverMg rejecting an argument (info < 0) is jaxmg's bug: an error on every position
+    naming the routine and the argument, as the CPU twin does, never a status."""
+    kwargs, _ = make_case(op, "float64", 12, 2, [0, 1])
+    out = run_calls(emulator, [kwargs], tmp_path, env={"FAKECUDA_ILLEGAL_ARGUMENT": "4"})
+    errors = out["results"][0]["errors"]
+    routine = "cusolverMgSyevd" if op == "syevd" else "cusolverMgPotrf"
+    assert len(errors) == 2, errors
+    assert all(f"{routine} rejected argument 4 as illegal" in e for e in errors), errors
+
+
 def test_without_peer_access_on_emulator(emulator, tmp_path):
     """cudaDeviceEnablePeerAccess failing (cudaErrorTooManyPeers, past 8 PCIe GPUs): the calls
     go on without peer access, right, and the process says so once."""

@@ -215,9 +215,6 @@ std::string VendorMessage(const Api* api, Library lib, int status) {
 #define JAXMG_VENDOR(lib, api, expr) JAXMG_VENDOR_STATUS(lib, api, (api)->expr, #expr)
 #define JAXMG_CUDART(api, expr) JAXMG_VENDOR(kCudart, api, expr)
 #define JAXMG_MG(api, expr) JAXMG_VENDOR(kCusolverMg, api, expr)
-// A compute call whose failing status may come with info > 0 (NumericalInfo).
-#define JAXMG_MG_COMPUTE(api, expr, info, n) \
-  JAXMG_VENDOR_STATUS(kCusolverMg, api, NumericalInfo((api)->expr, info, false, n), #expr)
 
 cuda::cudaDataType MgType(Dtype d) {
   switch (d) {
@@ -350,20 +347,28 @@ Outcome EnablePeers(const Api* api, const std::vector<int>& devices) {
   return {};
 }
 
-// A library status that fails together with info > 0 is read as the info: cuSolverMg may flag
-// a numerical failure through both. A matrix that is not positive definite was seen on GPU as
-// cusolverMgPotrf returning CUSOLVER_STATUS_INTERNAL_ERROR (the cuSolverMg-era jaxmg's tests);
-// whether info is then set is unknown, so INTERNAL_ERROR with info == 0 from potrf becomes
-// status N + 1: "not positive definite, order unknown" (README, status codes). The CPU twin
-// returns LAPACK's info, 1..N. Any other failing status is an error.
+// What a cuSolverMg compute call's status and info mean. info < 0 (an illegal argument) is
+// jaxmg's bug: an error, as on CPU. A failing status together with info > 0 is read as the
+// info: cuSolverMg may flag a numerical failure through both. A matrix that is not positive
+// definite was seen on GPU as cusolverMgPotrf returning CUSOLVER_STATUS_INTERNAL_ERROR (the
+// cuSolverMg-era jaxmg's tests); whether info is then set is unknown, so INTERNAL_ERROR with
+// info == 0 from the factorisation becomes status N + 1, "not positive definite, order
+// unknown" (README, status codes). The CPU twin returns LAPACK's info, 1..N. Any other failing
+// status is an error.
 constexpr int kCusolverInternalError = 7;
-int NumericalInfo(int status, int* info, bool factorisation, int64_t n) {
-  if (status == cuda::CUSOLVER_STATUS_SUCCESS || *info > 0) return cuda::CUSOLVER_STATUS_SUCCESS;
-  if (factorisation && status == kCusolverInternalError && *info == 0) {
+Outcome LibraryOutcome(const Api* api, const char* routine, int status, int* info,
+                       bool factorisation, int64_t n) {
+  if (*info < 0)
+    return Outcome::Fail(std::string("jaxmg: ") + routine + " rejected argument " +
+                         std::to_string(-*info) + " as illegal (info=" + std::to_string(*info) +
+                         "): a bug in jaxmg, please report it");
+  if (status == cuda::CUSOLVER_STATUS_SUCCESS || *info > 0) return {};
+  if (factorisation && status == kCusolverInternalError) {
     *info = static_cast<int>(n + 1);
-    return cuda::CUSOLVER_STATUS_SUCCESS;
+    return {};
   }
-  return status;
+  return Outcome::Fail(std::string(routine) + " failed: " +
+                       VendorMessage(api, Library::kCusolverMg, status));
 }
 
 constexpr int64_t kMaxRhsChunk = 256;
@@ -420,12 +425,12 @@ class CudaBackend final : public Backend {
       const int64_t lwork = LworkElements(c);
       *info = 0;
       if (c.op == Op::kPotrs || c.op == Op::kPotri) {
-        // A matrix that is not positive definite is a status, never an error (NumericalInfo).
+        // A matrix that is not positive definite is a status, never an error.
         const int status = api_->cusolverMgPotrf(ctx->handle(), cuda::CUBLAS_FILL_MODE_LOWER, c.n,
                                                  a.data(), 1, 1, desc_a, type, work.data(), lwork,
                                                  info);
-        JAXMG_VENDOR_STATUS(kCusolverMg, api_, NumericalInfo(status, info, true, c.n),
-                            "cusolverMgPotrf(handle, LOWER, N, A, ...)");
+        if (Outcome o = LibraryOutcome(api_, "cusolverMgPotrf", status, info, true, c.n); !o.ok)
+          return o;
       }
       if (c.op == Op::kPotrs && *info == 0) {
         // B is one tile on mesh position 0, solved in chunks of columns (no cap on nrhs).
@@ -438,22 +443,26 @@ class CudaBackend final : public Backend {
           std::vector<void*> b;
           for (void* p : c.b)
             b.push_back(static_cast<char*>(p) + static_cast<size_t>(c0) * c.lda * esize);
-          JAXMG_MG_COMPUTE(api_, cusolverMgPotrs(ctx->handle(), cuda::CUBLAS_FILL_MODE_LOWER, c.n, width,
-                                         a.data(), 1, 1, desc_a, b.data(), 1, 1, desc_b, type,
-                                         work.data(), lwork, info),
-                         info, c.n);
+          const int status = api_->cusolverMgPotrs(
+              ctx->handle(), cuda::CUBLAS_FILL_MODE_LOWER, c.n, width, a.data(), 1, 1, desc_a,
+              b.data(), 1, 1, desc_b, type, work.data(), lwork, info);
+          if (Outcome o = LibraryOutcome(api_, "cusolverMgPotrs", status, info, false, c.n); !o.ok)
+            return o;
         }
       }
       if (c.op == Op::kPotri && *info == 0) {
-        JAXMG_MG_COMPUTE(api_, cusolverMgPotri(ctx->handle(), cuda::CUBLAS_FILL_MODE_LOWER, c.n, a.data(),
-                                       1, 1, desc_a, type, work.data(), lwork, info),
-                         info, c.n);
+        const int status = api_->cusolverMgPotri(ctx->handle(), cuda::CUBLAS_FILL_MODE_LOWER, c.n,
+                                                 a.data(), 1, 1, desc_a, type, work.data(), lwork,
+                                                 info);
+        if (Outcome o = LibraryOutcome(api_, "cusolverMgPotri", status, info, false, c.n); !o.ok)
+          return o;
       }
       if (c.op == Op::kSyevd) {
-        JAXMG_MG_COMPUTE(api_, cusolverMgSyevd(ctx->handle(), EigMode(c), cuda::CUBLAS_FILL_MODE_LOWER,
-                                       c.n, a.data(), 1, 1, desc_a, c.w, MgRealType(c.dtype), type,
-                                       work.data(), lwork, info),
-                         info, c.n);
+        const int status = api_->cusolverMgSyevd(
+            ctx->handle(), EigMode(c), cuda::CUBLAS_FILL_MODE_LOWER, c.n, a.data(), 1, 1, desc_a,
+            c.w, MgRealType(c.dtype), type, work.data(), lwork, info);
+        if (Outcome o = LibraryOutcome(api_, "cusolverMgSyevd", status, info, false, c.n); !o.ok)
+          return o;
       }
       return {};
     });
@@ -726,8 +735,9 @@ std::string ProbeRepeatedGpu(int device) {
   api->cudaSetDevice(device);
   bool ok = step("cusolverMgCreate", api->cusolverMgCreate(&handle)) &&
             step("DeviceSelect", api->cusolverMgDeviceSelect(handle, 2, devices)) &&
-            step("CreateDeviceGrid", api->cusolverMgCreateDeviceGrid(
-                                         &grid, 1, 2, ids, cuda::CUDALIBMG_GRID_MAPPING_COL_MAJOR)) &&
+            step("CreateDeviceGrid",
+                 api->cusolverMgCreateDeviceGrid(&grid, 1, 2, ids,
+                                                 cuda::CUDALIBMG_GRID_MAPPING_COL_MAJOR)) &&
             step("CreateMatrixDesc", api->cusolverMgCreateMatrixDesc(
                                          &desc, kN, kN, kN, kTile, cuda::CUDA_R_64F, grid));
   // Global column j: tile j / 2 on "device" (j / 2) % 2, local column (j / 4) * 2 + j % 2.
@@ -971,6 +981,7 @@ bool RunCudaOnHost(const HostCall& c, HostResult* out, std::string* error) {
 }
 
 ffi::Error PotrsCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator scratch,
+                     ffi::RunId run,
                      ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Buffer<ffi::S32> position,
                      ffi::Result<ffi::AnyBuffer> a_out, ffi::Result<ffi::AnyBuffer> x,
                      ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t tile,
@@ -978,20 +989,24 @@ ffi::Error PotrsCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator
                      ffi::Span<const int64_t> pids, ffi::Span<const int64_t> to_cyclic,
                      ffi::Span<const int64_t> from_cyclic) {
   Operands o = PotrsOperands(a, b, position, a_out, x, status, tile, device_ids, call_id);
-  return RunCuda(WithAttrs(o, job, pids, to_cyclic, from_cyclic), stream, ordinal, scratch);
+  return RunCuda(WithRun(WithAttrs(o, job, pids, to_cyclic, from_cyclic), run), stream,
+                 ordinal, scratch);
 }
 
 ffi::Error PotriCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator scratch,
+                     ffi::RunId run,
                      ffi::AnyBuffer a, ffi::Buffer<ffi::S32> position,
                      ffi::Result<ffi::AnyBuffer> a_out, ffi::Result<ffi::Buffer<ffi::S32>> status,
                      int64_t tile, ffi::Span<const int64_t> device_ids, int64_t call_id,
                      int64_t job, ffi::Span<const int64_t> pids,
                      ffi::Span<const int64_t> to_cyclic, ffi::Span<const int64_t> from_cyclic) {
   Operands o = PotriOperands(a, position, a_out, status, tile, device_ids, call_id);
-  return RunCuda(WithAttrs(o, job, pids, to_cyclic, from_cyclic), stream, ordinal, scratch);
+  return RunCuda(WithRun(WithAttrs(o, job, pids, to_cyclic, from_cyclic), run), stream,
+                 ordinal, scratch);
 }
 
 ffi::Error SyevdCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator scratch,
+                     ffi::RunId run,
                      ffi::AnyBuffer a, ffi::Buffer<ffi::S32> position,
                      ffi::Result<ffi::AnyBuffer> v, ffi::Result<ffi::AnyBuffer> w,
                      ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t tile,
@@ -999,7 +1014,8 @@ ffi::Error SyevdCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator
                      int64_t job, ffi::Span<const int64_t> pids,
                      ffi::Span<const int64_t> to_cyclic, ffi::Span<const int64_t> from_cyclic) {
   Operands o = SyevdOperands(a, position, v, w, status, tile, device_ids, call_id, vectors);
-  return RunCuda(WithAttrs(o, job, pids, to_cyclic, from_cyclic), stream, ordinal, scratch);
+  return RunCuda(WithRun(WithAttrs(o, job, pids, to_cyclic, from_cyclic), run), stream,
+                 ordinal, scratch);
 }
 
 }  // namespace jaxmg
@@ -1012,6 +1028,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgPotrsCuda, jaxmg::PotrsCuda,
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()  // XLA's stream
                                   .Ctx<ffi::DeviceOrdinal>()                 // this GPU
                                   .Ctx<ffi::ScratchAllocator>()              // workspace
+                                  .Ctx<ffi::RunId>()                         // the execution
                                   .Arg<ffi::AnyBuffer>()                     // a [L, N]
                                   .Arg<ffi::AnyBuffer>()                     // b [nrhs, N]
                                   .Arg<ffi::Buffer<ffi::S32>>()              // position []
@@ -1031,6 +1048,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgPotriCuda, jaxmg::PotriCuda,
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()  // XLA's stream
                                   .Ctx<ffi::DeviceOrdinal>()                 // this GPU
                                   .Ctx<ffi::ScratchAllocator>()              // workspace
+                                  .Ctx<ffi::RunId>()                         // the execution
                                   .Arg<ffi::AnyBuffer>()                     // a [L, N]
                                   .Arg<ffi::Buffer<ffi::S32>>()              // position []
                                   .Ret<ffi::AnyBuffer>()                     // inverse, aliases a
@@ -1048,6 +1066,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgSyevdCuda, jaxmg::SyevdCuda,
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()  // XLA's stream
                                   .Ctx<ffi::DeviceOrdinal>()                 // this GPU
                                   .Ctx<ffi::ScratchAllocator>()              // workspace
+                                  .Ctx<ffi::RunId>()                         // the execution
                                   .Arg<ffi::AnyBuffer>()                     // a [L, N]
                                   .Arg<ffi::Buffer<ffi::S32>>()              // position []
                                   .Ret<ffi::AnyBuffer>()                     // vectors, aliases a

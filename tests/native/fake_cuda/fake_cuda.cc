@@ -401,6 +401,12 @@ const Desc* CheckSyevd(Checker& c, void* h, int jobz, int uplo, int n, void** a,
 int Run(Checker& c, const Desc* d, const Desc* db, void** work, int64_t lwork, int64_t need,
         int* info) {
   CheckHost(c, "info", info);
+  // FAKECUDA_ILLEGAL_ARGUMENT=k: reject argument k, as the library does: info = -k with
+  // CUSOLVER_STATUS_INVALID_VALUE.
+  if (const char* k = std::getenv("FAKECUDA_ILLEGAL_ARGUMENT"); k != nullptr && info != nullptr) {
+    *info = -std::atoi(k);
+    return kMgInvalidValue;
+  }
   if (d == nullptr) return c.Report(kMgInvalidValue);
   if (lwork < need) c.Fail(S("lwork=", lwork, " is below the bufferSize answer ", need));
   const size_t bytes = static_cast<size_t>(std::max<int64_t>(lwork, 0)) * ElementSize(d->type);

@@ -418,8 +418,8 @@ def potrs(
     Returns:
       ``x`` with ``b``'s shape, replicated over the mesh; with ``return_status``, ``(x, status)``
       where ``status`` is an int32 scalar: 0 on success, ``k > 0`` if the leading minor of
-      order ``k`` is not positive definite (then ``x`` is all NaN), negative for an illegal
-      argument.
+      order ``k`` is not positive definite (then ``x`` is all NaN; ``N + 1`` on GPU when
+      cuSolverMg does not say which). An illegal argument raises.
 
     Runs eagerly, under ``jax.jit`` and inside ``shard_map`` programs; under ``jax.vmap`` the
     batch is solved one matrix after another. Never gathers ``A`` on one device.
@@ -604,7 +604,7 @@ def potrs_no_shardmap(
 
     Returns:
       ``(x, status)``: ``x`` like ``b``, the same on every device; ``status`` int32 ``[1]``
-      (0, ``k > 0``, or negative, as in :func:`potrs`). Always returns the status.
+      (0 or ``k > 0``, as in :func:`potrs`). Always returns the status.
     """
     fn = "jaxmg.potrs_no_shardmap"
     _checks.keyword_only(fn, positional, "cyclic_1d (the original README's jaxmg)")

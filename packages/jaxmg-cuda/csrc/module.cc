@@ -3,8 +3,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <unistd.h>
+
 #include "common.h"
 #include "cpu_twin.h"
+#include "crossprocess.h"
 #include "rendezvous.h"
 #ifdef JAXMG_WITH_CUDA
 #include "cuda_targets.h"
@@ -148,4 +151,22 @@ PYBIND11_MODULE(_jaxmg_cuda, m) {
         "Test hook: \"\" when N, L, T_A and nrhs fit the library's int arguments, else why not.");
   m.def("open_meetings", [] { return jaxmg::Registry::Get().open_meetings(); },
         "Calls waiting for participants right now (0 between calls).");
+  m.def(
+      "create_shared_memory",
+      [](uint64_t bytes) {
+        const std::string call = "create_shared_memory";
+        const std::string name = jaxmg::SegmentName(getpid(), call, jaxmg::NextSequence(call), 0);
+        const uint64_t sizes[3] = {bytes, 0, 0};
+        std::unique_ptr<jaxmg::Segment> segment;
+        jaxmg::Outcome r;
+        {
+          py::gil_scoped_release release;
+          r = jaxmg::Segment::Create(name, sizes, &segment);
+          if (segment) segment->Unlink();
+        }
+        return r.ok ? std::string() : r.message;
+      },
+      py::arg("bytes"),
+      "Test hook: creates (and removes) a cross-process segment with room for `bytes` of "
+      "operands, as a participant of a multi-process call does; '' on success, else why not.");
 }

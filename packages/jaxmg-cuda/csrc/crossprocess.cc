@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +23,22 @@ uint64_t Aligned(uint64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign
 
 std::string Errno(const std::string& what, const std::string& name) {
   return "jaxmg: " + what + " of shared memory " + name + ": " + std::strerror(errno);
+}
+
+// Why `bytes` of shared memory could not be reserved, and what to do about it. POSIX shared
+// memory lives in /dev/shm on Linux, a tmpfs that containers often keep small (Docker: 64 MiB).
+std::string NoRoom(const std::string& name, uint64_t bytes, int error) {
+  std::string free_space = "an unknown amount";
+  struct statvfs fs;
+  if (statvfs("/dev/shm", &fs) == 0) {
+    const uint64_t unit = fs.f_frsize != 0 ? fs.f_frsize : fs.f_bsize;
+    free_space = std::to_string(static_cast<uint64_t>(fs.f_bavail) * unit) + " bytes free of " +
+                 std::to_string(static_cast<uint64_t>(fs.f_blocks) * unit);
+  }
+  return "jaxmg: cannot reserve " + std::to_string(bytes) + " bytes of shared memory for " +
+         name + ": " + std::strerror(error) + "; /dev/shm has " + free_space +
+         ". Give /dev/shm more room (e.g. docker run --shm-size=..., or remount /dev/shm with a "
+         "larger size=), or make fewer or smaller jaxmg calls at a time across processes.";
 }
 
 // Closes a file descriptor on every path.
@@ -48,11 +65,16 @@ Outcome Segment::Create(const std::string& name, const uint64_t bytes[3],
   }
   Fd fd{shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600)};
   if (fd.fd < 0) return Outcome::Fail(Errno("creation", name));
-  // Sized in one step: a reader that sees a nonzero size sees the final one.
-  if (ftruncate(fd.fd, static_cast<off_t>(offset)) != 0) {
-    Outcome failed = Outcome::Fail(Errno("sizing", name));
+  // Reserved, not merely sized: ftruncate would make a sparse file that a full /dev/shm turns
+  // into SIGBUS at the first touch of a page. tmpfs allocates every page first and sets the
+  // size last, all or nothing, so a reader that sees a nonzero size sees the final one.
+  int error;
+  do {
+    error = posix_fallocate(fd.fd, 0, static_cast<off_t>(offset));  // returns, not errno
+  } while (error == EINTR);
+  if (error != 0) {
     shm_unlink(name.c_str());
-    return failed;
+    return Outcome::Fail(NoRoom(name, offset, error));
   }
   void* base = mmap(nullptr, offset, PROT_READ | PROT_WRITE, MAP_SHARED, fd.fd, 0);
   if (base == MAP_FAILED) {

@@ -3,8 +3,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <unistd.h>
+
 #include "common.h"
 #include "cpu_twin.h"
+#include "crossprocess.h"
 #include "rendezvous.h"
 #ifdef JAXMG_WITH_CUDA
 #include "cuda_targets.h"
@@ -148,4 +151,66 @@ PYBIND11_MODULE(_jaxmg_cuda, m) {
         "Test hook: \"\" when N, L, T_A and nrhs fit the library's int arguments, else why not.");
   m.def("open_meetings", [] { return jaxmg::Registry::Get().open_meetings(); },
         "Calls waiting for participants right now (0 between calls).");
+  m.def(
+      "create_shared_memory",
+      [](uint64_t bytes) {
+        const std::string call = "create_shared_memory";
+        const std::string name = jaxmg::SegmentName(getpid(), call, jaxmg::NextSequence(call), 0);
+        const uint64_t sizes[3] = {bytes, 0, 0};
+        std::unique_ptr<jaxmg::Segment> segment;
+        jaxmg::Outcome r;
+        {
+          py::gil_scoped_release release;
+          r = jaxmg::Segment::Create(name, sizes, &segment);
+          if (segment) segment->Unlink();
+        }
+        return r.ok ? std::string() : r.message;
+      },
+      py::arg("bytes"),
+      "Test hook: creates (and removes) a cross-process segment with room for `bytes` of "
+      "operands, as a participant of a multi-process call does; '' on success, else why not.");
+  m.def(
+      "rendezvous_join",
+      [](const std::string& key, int participants, int position, int tag, bool exact) {
+        // One participant of a call without a library: join, claim `position` with a slot that
+        // carries `tag`, and meet at phase 0. The tags of the slots seen afterwards tell which
+        // meeting this participant was in and with whom.
+        jaxmg::Outcome r;
+        bool claimed = false;
+        std::vector<jaxmg::Slot> slots;
+        {
+          py::gil_scoped_release release;
+          std::shared_ptr<jaxmg::Meeting> meeting =
+              jaxmg::Registry::Get().Join(key, participants, exact);
+          jaxmg::Slot slot;
+          slot.device = tag;
+          claimed = meeting->Claim(position, slot);
+          jaxmg::Outcome own;
+          if (!claimed) {
+            own = jaxmg::Outcome::Fail("two participants claim mesh position " +
+                                       std::to_string(position) + " of call " + meeting->key());
+          }
+          r = meeting->Phase(0, own, [] { return jaxmg::Outcome{}; });
+          slots = meeting->Slots();
+        }
+        py::list tags;
+        for (const jaxmg::Slot& s : slots) {
+          if (s.arrived) {
+            tags.append(s.device);
+          } else {
+            tags.append(py::none());
+          }
+        }
+        py::dict d;
+        d["ok"] = r.ok;
+        d["message"] = r.message;
+        d["claimed"] = claimed;
+        d["tags"] = tags;
+        return d;
+      },
+      py::arg("key"), py::arg("participants"), py::arg("position"), py::arg("tag"),
+      py::arg("exact") = true,
+      "Test hook: one participant of a meeting (rendezvous.h) at phase 0, outside XLA, with the "
+      "deadline of JAXMG_TIMEOUT_S; a dict: ok, message, claimed (its position), tags (per "
+      "position, the tag of the slot there, None where nobody arrived).");
 }

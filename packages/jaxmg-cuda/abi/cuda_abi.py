@@ -20,7 +20,7 @@ Then self-tests of the check itself: a copied header with one prototype or value
 fail the compile with a message naming it, and the CMake build's header gate must skip (not
 fail) on incomplete or mixed header sets and enable the check on a complete one.
 
-Usage: python cuda_abi.py [--no-self-test] [--keep-going]
+Usage: python cuda_abi.py [--no-self-test]
 """
 
 from __future__ import annotations
@@ -411,41 +411,50 @@ def self_test_cmake(folder: Path, other: Path) -> int:
         for header in ("cuda.h", "cuda_runtime_api.h", "library_types.h", "cusolverMg.h"):
             (fake / header).write_text("#include <crt/host_defines.h>\n")
         without_crt = [d for d in includes if not (d / "crt").is_dir()]
+        # The wheels as CMake's own search finds them: `import nvidia.*` from PYTHONPATH.
+        no_nvcc = tmp / "no_nvcc"
+        shutil.copytree(folder / "files", no_nvcc, ignore=shutil.ignore_patterns("cuda_nvcc"))
+        checking = "jaxmg: checking csrc/cuda_api.h against the headers of "
+        skipping = "jaxmg: csrc/cuda_api.h is not checked"
+        # (what, JAXMG_CUDA_INCLUDE_DIRS or None, PYTHONPATH or None, expected, not expected)
         cases = [
-            ("a cusolverMg.h whose includes are missing", [fake], False),
-            ("the wheels without crt/host_defines.h", without_crt, False),
-            ("the wheels", includes, True),
+            ("a cusolverMg.h whose includes are missing", [fake], None, skipping, checking),
+            ("the wheels without crt/host_defines.h", without_crt, None, skipping, checking),
+            ("the wheels", includes, None, checking + "JAXMG_CUDA_INCLUDE_DIRS", skipping),
             # This version's runtime headers, the other version's cuSolverMg and cuBLAS.
             (
                 "headers of two CUDA versions",
                 [by_wheel["cuda_runtime"], *include_dirs(other)],
-                False,
+                None,
+                skipping,
+                checking,
+            ),
+            ("the wheels, imported", None, folder / "files", checking + "CUDA 12 wheels", None),
+            # A toolkit may still be found after the wheels are refused.
+            (
+                "the wheels without nvidia-cuda-nvcc-cu12, imported",
+                None,
+                no_nvcc,
+                "CUDA 12 wheels: [^\n]*crt/host_defines.h",
+                checking + "CUDA 12 wheels",
             ),
         ]
-        for i, (what, dirs, enabled) in enumerate(cases):
+        env = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH")}
+        for i, (what, dirs, pythonpath, expected, unexpected) in enumerate(cases):
             build = tmp / f"build{i}"
-            configure = subprocess.run(
-                [
-                    cmake,
-                    "-S",
-                    str(PACKAGE),
-                    "-B",
-                    str(build),
-                    f"-DPython_EXECUTABLE={sys.executable}",
-                    f"-Dpybind11_DIR={pybind11.get_cmake_dir()}",
-                    "-DJAXMG_CUDA_INCLUDE_DIRS=" + ";".join(str(d) for d in dirs),
-                ],
-                capture_output=True,
-                text=True,
-            )
+            cmd = [cmake, "-S", str(PACKAGE), "-B", str(build)]
+            cmd += [f"-DPython_EXECUTABLE={sys.executable}"]
+            cmd += [f"-Dpybind11_DIR={pybind11.get_cmake_dir()}"]
+            if dirs is not None:
+                cmd += ["-DJAXMG_CUDA_INCLUDE_DIRS=" + ";".join(str(d) for d in dirs)]
+            case_env = dict(env, PYTHONPATH=str(pythonpath)) if pythonpath else env
+            configure = subprocess.run(cmd, capture_output=True, text=True, env=case_env)
             out = configure.stdout + configure.stderr
             if configure.returncode != 0:
                 raise CheckFailed(f"self-test: CMake failed with {what}:\n{out}")
-            checking = "jaxmg: checking csrc/cuda_api.h" in out
-            skipped = "jaxmg: csrc/cuda_api.h is not checked" in out
-            if enabled != checking or enabled == skipped:
-                raise CheckFailed(f"self-test: CMake with {what} should have {enabled=}:\n{out}")
-            if enabled:
+            if not re.search(expected, out) or (unexpected and unexpected in out):
+                raise CheckFailed(f"self-test: CMake with {what}: expected /{expected}/:\n{out}")
+            if checking in out:
                 built = subprocess.run(
                     [cmake, "--build", str(build), "--target", "jaxmg_api_check"],
                     capture_output=True,

@@ -190,19 +190,22 @@ struct ReturnOf<R (*)(A...) noexcept> {
   using type = R;
 };
 
-#define JAXMG_CHECK_FUNCTION(status, ret, name, params, spelled)                                    \
-  static_assert(jaxmg_abi::SameName(spelled, JAXMG_EXPANDED_NAME(name)),                       \
-                spelled ": NVIDIA's header renames it with a macro; the loader's dlsym(\"" spelled \
-                "\") would bind another entry point");                                        \
-  static_assert(std::is_same_v<ret(*) params, decltype(&::name)>,                              \
-                #name ": the prototype in cuda_api.h, read with NVIDIA's types, is not "       \
-                "NVIDIA's");                                                                   \
-  static_assert(std::is_same_v<decltype(c::Api::name), jaxmg_abi::Ours<decltype(&::name)>>,               \
-                #name ": jaxmg::cuda::Api::" #name " is not NVIDIA's prototype with our "      \
-                "mirrored types");                                                             \
-  static_assert(jaxmg_abi::ReturnsStatus<status, ret,\
-                                         typename jaxmg_abi::ReturnOf<decltype(&::name)>::type>(),               \
-                #name ": NVIDIA's function does not return its library's status type");
+template <typename F>
+using TheirReturn = typename ReturnOf<F>::type;
+
+#define JAXMG_CHECK_FUNCTION(status, ret, name, params, spelled)                              \
+  static_assert(jaxmg_abi::SameName(spelled, JAXMG_EXPANDED_NAME(name)),                      \
+                spelled ": NVIDIA's header renames it with a macro; the loader's dlsym(\""     \
+                spelled "\") would bind another entry point");                                \
+  static_assert(std::is_same_v<ret(*) params, decltype(&::name)>,                             \
+                #name ": the prototype in cuda_api.h, read with NVIDIA's types, is not "      \
+                "NVIDIA's");                                                                  \
+  static_assert(std::is_same_v<decltype(c::Api::name), jaxmg_abi::Ours<decltype(&::name)>>, \
+                #name ": jaxmg::cuda::Api::" #name " is not NVIDIA's prototype with our "     \
+                "mirrored types");                                                            \
+  static_assert(                                                                              \
+      jaxmg_abi::ReturnsStatus<status, ret, jaxmg_abi::TheirReturn<decltype(&::name)>>(),     \
+      #name ": NVIDIA's function does not return its library's status type");
 
 }  // namespace jaxmg_abi
 

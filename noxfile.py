@@ -14,6 +14,8 @@
   per process vs one process); arguments after ``--`` go to ``benchmarks/solvers.py``.
 - ``gpu``: on a GPU machine, build against the installed CUDA, run the GPU tests with
   ``JAXMG_REQUIRE_GPU=1`` and the GPU benchmarks (``benchmarks/gpu_validate.py``).
+- ``cuda_abi``: no GPU needed: fetch NVIDIA's CUDA 12 and 13 wheels (pinned, cached in
+  ``.nox/cuda_abi-cache``) and check ``csrc/cuda_api.h`` against their headers and libraries.
 """
 
 import os
@@ -218,3 +220,11 @@ def asan(session):
 
 if os.environ.get("JAXMG_NOX_VERBOSE"):
     nox.options.verbose = True
+
+
+@nox.session
+def cuda_abi(session):
+    """Check csrc/cuda_api.h against NVIDIA's CUDA 12 and 13 headers and libraries (no GPU)."""
+    # cmake, pybind11 and jax: the self-test configures packages/jaxmg-cuda's CMakeLists.txt.
+    session.install("cmake", "pybind11>=2.13", "jax>=0.10", "jaxlib>=0.10")
+    session.run("python", str(PACKAGES / "jaxmg-cuda" / "abi" / "cuda_abi.py"), *session.posargs)

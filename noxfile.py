@@ -30,7 +30,7 @@ DEVICE_COUNTS = (1, 2, 3, 4, 8)
 # build isolation (which would download jaxlib again for every build).
 NATIVE_BUILD_DEPS = ("scikit-build-core>=0.10", "pybind11>=2.13", "jax>=0.10", "jaxlib>=0.10")
 
-nox.options.sessions = ["lint", "tests", "compat", "clients"]
+nox.options.sessions = ["lint", "cuda_abi", "tests", "compat", "clients"]
 nox.options.error_on_missing_interpreters = True
 
 

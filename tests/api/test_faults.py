@@ -21,8 +21,6 @@ from jax.sharding import PartitionSpec as P
 import jaxmg
 import jaxmg_cuda
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
 
 def hermitian_pd(n, seed):
     rng = np.random.default_rng(seed)

@@ -6,6 +6,7 @@ CPU twin runs the same rendezvous as the CUDA targets, so these tests exercise t
 multi-device machinery on every simulated device count.
 """
 
+import functools
 import os
 import subprocess
 import sys
@@ -61,30 +62,37 @@ def hermitian_pd(n, dtype, seed=0):
 
 def run(routine, A, tile, devices, b=None, vectors=True, device_ids=None):
     """One native call on ``devices``; returns host numpy outputs."""
-    ndev = len(devices)
-    mesh = jax.make_mesh((ndev,), ("x",), devices=devices)
-    ids = [d.id for d in devices] if device_ids is None else device_ids
-    a = jax.device_put(to_cyclic(A, ndev, tile), NamedSharding(mesh, ROWS))
+    ids = tuple(d.id for d in devices) if device_ids is None else tuple(device_ids)
+    fn, mesh = native_call(routine, tile, tuple(devices), ids, vectors)
+    a = jax.device_put(to_cyclic(A, len(devices), tile), NamedSharding(mesh, ROWS))
+    args = (a,) if routine != "potrs" else (a, jax.device_put(b, NamedSharding(mesh, P())))
+    return [np.asarray(o) for o in fn(*args)]
+
+
+@functools.cache
+def native_call(routine, tile, devices, ids, vectors):
+    """The jitted shard_map of one native call and its mesh, built once per configuration: jax
+    then compiles it once per shape and dtype, and a test calling it again runs the same
+    program (as a user's jitted function does), not a new one."""
+    mesh = jax.make_mesh((len(devices),), ("x",), devices=devices)
 
     def local(a, *rest):
         pos = jax.lax.axis_index("x")
         if routine == "potrs":
-            return jaxmg_cuda.mg_potrs(a, rest[0], pos, T_A=tile, device_ids=ids)
+            return jaxmg_cuda.mg_potrs(a, rest[0], pos, T_A=tile, device_ids=list(ids))
         if routine == "potri":
-            return jaxmg_cuda.mg_potri(a, pos, T_A=tile, device_ids=ids)
-        return jaxmg_cuda.mg_syevd(a, pos, T_A=tile, device_ids=ids, vectors=vectors)
+            return jaxmg_cuda.mg_potri(a, pos, T_A=tile, device_ids=list(ids))
+        return jaxmg_cuda.mg_syevd(a, pos, T_A=tile, device_ids=list(ids), vectors=vectors)
 
     # Results that are "the same on every device" come back stacked per device, so the test
     # sees every device's copy.
     per_device = P("x")
     if routine == "potrs":
-        args = (a, jax.device_put(b, NamedSharding(mesh, P())))
-        in_specs = (ROWS, P())
-        out_specs = (ROWS, per_device, per_device)
+        in_specs, out_specs = (ROWS, P()), (ROWS, per_device, per_device)
     elif routine == "potri":
-        args, in_specs, out_specs = (a,), (ROWS,), (ROWS, per_device)
+        in_specs, out_specs = (ROWS,), (ROWS, per_device)
     else:
-        args, in_specs, out_specs = (a,), (ROWS,), (ROWS, per_device, per_device)
+        in_specs, out_specs = (ROWS,), (ROWS, per_device, per_device)
 
     def stacked(*xs):
         outs = local(*xs)
@@ -93,7 +101,7 @@ def run(routine, A, tile, devices, b=None, vectors=True, device_ids=None):
     fn = jax.jit(
         jax.shard_map(stacked, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
     )
-    return [np.asarray(o) for o in fn(*args)]
+    return fn, mesh
 
 
 def scaled_residual(A, x, b):
@@ -199,15 +207,18 @@ def test_handlers_run_concurrently(cpu_devices):
 
 
 def test_many_consecutive_calls(cpu_devices):
-    """200 calls, varying routine, N, T_A and dtype: all correct, no deadlock, nothing open."""
+    """200 calls, each with another routine and dtype than the call before, N and T_A varying:
+    all correct, no deadlock, nothing open. They cycle through 24 programs (every routine x
+    dtype twice; every N / ndev in 2..5 with every T_A up to it), each compiled once and run
+    again on new matrices, as a user's jitted function is."""
     ndev = len(cpu_devices)
-    rng = np.random.default_rng(0)
+    shapes = [(per_device, tile) for per_device in range(2, 6) for tile in range(1, per_device + 1)]
+    routines = ("potrs", "potri", "syevd")
+    programs = [(routines[j % 3], DTYPES[j % 4], *shapes[j % len(shapes)]) for j in range(24)]
     for i in range(200):
-        n = ndev * int(rng.integers(2, 6))
-        tile = int(rng.integers(1, n // ndev + 1))
-        dtype = DTYPES[i % 4]
+        routine, dtype, per_device, tile = programs[i % len(programs)]
+        n = ndev * per_device
         A = hermitian_pd(n, dtype, seed=i)
-        routine = ("potrs", "potri", "syevd")[i % 3]
         if routine == "potrs":
             b = np.ones((1, n), dtype)
             _, x, status = run("potrs", A, tile, cpu_devices, b=b)

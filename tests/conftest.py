@@ -92,7 +92,13 @@ def _device_count(config) -> int:
 @pytest.fixture(scope="session")
 def once_per_suite(request):
     """For tests that do not depend on the simulated device count: they run only in the
-    4-device pytest process (the default), not again in the 1, 2, 3 and 8-device ones."""
+    4-device pytest process (the default), not again in the 1, 2, 3 and 8-device ones.
+
+    Use it (``@pytest.mark.usefixtures("once_per_suite")``, or a module's ``pytestmark``) for
+    pure layout and plan arithmetic, checks of arguments that need no mesh, tests on a device
+    count of their own (``devices[:1]``, a fixed 2 x 2 grid), and tests that start processes
+    configuring their own devices (examples, imports, benchmarks). 4 devices, because ``nox -s
+    compat`` runs that process again on the newest jax: what touches jax runs on both."""
     if _device_count(request.config) != 4:
         pytest.skip("independent of the device count: runs with --num-cpu-devices=4")
 

@@ -3,7 +3,8 @@
 The block-cyclic operands are built here with a small numpy loop (independent of
 jaxmg_layout) and results are checked against numpy with LAPACK-style scaled residuals. The
 CPU twin runs the same rendezvous as the CUDA targets, so these tests exercise the
-multi-device machinery on every simulated device count.
+multi-device machinery on every simulated device count. The tests on one device of their own
+(lowering, call ids, imports, the cross-process error paths) run once, with 4 devices.
 """
 
 import functools
@@ -371,6 +372,7 @@ def test_bad_moves_reach_every_participant(cpu_devices, moves, message):
     assert jaxmg_cuda.open_meetings() == 0
 
 
+@pytest.mark.usefixtures("once_per_suite")
 @pytest.mark.parametrize("routine", ["potrs", "potri", "syevd"])
 def test_cuda_lowering_on_cpu(cpu_devices, routine):
     """Lowered for CUDA (on a machine without a GPU), each call names our custom call with its
@@ -410,6 +412,7 @@ def test_cuda_lowering_on_cpu(cpu_devices, routine):
         assert "tensor<8xf32>" in text  # w has the real dtype
 
 
+@pytest.mark.usefixtures("once_per_suite")
 def test_distinct_calls_get_distinct_call_ids(cpu_devices):
     """Two calls in one program never meet: each traced call carries a new call_id."""
     mesh = jax.make_mesh((1,), ("x",), devices=cpu_devices[:1])
@@ -431,6 +434,7 @@ def test_distinct_calls_get_distinct_call_ids(cpu_devices):
     assert len(ids) == 2 and ids[0] != ids[1]
 
 
+@pytest.mark.usefixtures("once_per_suite")
 def test_import_loads_no_cuda_library():
     """Importing jaxmg_cuda registers the targets but opens no CUDA library."""
     script = (
@@ -445,6 +449,7 @@ def test_import_loads_no_cuda_library():
     assert done.stdout.strip() == "CLEAN", done.stdout + done.stderr
 
 
+@pytest.mark.usefixtures("once_per_suite")
 def test_cuda_libraries_load_or_explain():
     """Opening the libraries on request works, or says what was looked for and where."""
     if not jaxmg_cuda.has_cuda_support():
@@ -453,6 +458,7 @@ def test_cuda_libraries_load_or_explain():
     assert message == "" or ("libcusolverMg" in message and "LD_LIBRARY_PATH" in message)
 
 
+@pytest.mark.usefixtures("once_per_suite")
 def test_repeated_gpu_probe_reports_instead_of_failing():
     """The probe ``nox -s gpu`` runs: without the CUDA libraries it says why, never raises.
     (With them it reports cuSolverMg's statuses; that path has not yet run on hardware.)"""
@@ -464,6 +470,7 @@ def test_repeated_gpu_probe_reports_instead_of_failing():
     assert "libcusolverMg" in report and "LD_LIBRARY_PATH" in report, report
 
 
+@pytest.mark.usefixtures("once_per_suite")
 def test_has_cuda_support_reports_the_build():
     assert isinstance(jaxmg_cuda.has_cuda_support(), bool)
 
@@ -499,6 +506,7 @@ def _one_of_two(position, pids, job=0x5EED):
     return jax.block_until_ready(fn(jnp.asarray(block), jnp.ones((1, n))))
 
 
+@pytest.mark.usefixtures("once_per_suite")
 @pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no POSIX shared memory")
 @pytest.mark.parametrize("position", [0, 1])
 def test_cross_process_peer_that_is_gone(position, monkeypatch):
@@ -517,6 +525,7 @@ def test_cross_process_peer_that_is_gone(position, monkeypatch):
     assert _shm_ours() == before
 
 
+@pytest.mark.usefixtures("once_per_suite")
 @pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no POSIX shared memory")
 @pytest.mark.parametrize("position", [0, 1])
 def test_cross_process_peer_that_never_comes(position, monkeypatch):
@@ -530,6 +539,7 @@ def test_cross_process_peer_that_never_comes(position, monkeypatch):
     assert _shm_ours() == before
 
 
+@pytest.mark.usefixtures("once_per_suite")
 def test_cross_process_position_of_another_process():
     """A process that claims a mesh position whose pid is not its own is refused."""
     with pytest.raises(Exception, match="belongs to process 1, not to this one"):

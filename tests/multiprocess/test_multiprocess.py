@@ -34,6 +34,15 @@ SOLVE_CHECKS = (4 * 2 * 2 + 3) * 2 + 2
 pytestmark = pytest.mark.skipif(not SHM.is_dir(), reason="no /dev/shm (POSIX shared memory)")
 
 
+def _xla_flags(environment):
+    """The processes' XLA_FLAGS: the suite's (tests/conftest.py: no LLVM optimization of the
+    compiled programs, unless JAXMG_TEST_XLA_OPTIMIZE=1), none of the caller's."""
+    environment.pop("XLA_FLAGS", None)
+    if os.environ.get("JAXMG_TEST_XLA_OPTIMIZE") != "1":
+        environment["XLA_FLAGS"] = "--xla_backend_optimization_level=0"
+    return environment
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -45,7 +54,7 @@ def start_job(scenario, processes, local_devices=1, env=None):
     port = _free_port()
     environment = {**os.environ, "JAX_PLATFORMS": "cpu", **(env or {})}
     environment = {k: v for k, v in environment.items() if v is not None}  # None: unset
-    environment.pop("XLA_FLAGS", None)
+    environment = _xla_flags(environment)
     folder = pathlib.Path(tempfile.mkdtemp(prefix="jaxmg-job-"))
     procs = []
     for i in range(processes):
@@ -191,8 +200,7 @@ def test_multi_process_example(args):
     """examples/multi_process.py launches its own job; every process prints True. The example
     sends Gloo's C++ stdout to stderr in each process, so the verdicts are lines of their own."""
     example = pathlib.Path(__file__).parents[2] / "examples" / "multi_process.py"
-    environment = dict(os.environ, JAX_PLATFORMS="cpu")
-    environment.pop("XLA_FLAGS", None)
+    environment = _xla_flags(dict(os.environ, JAX_PLATFORMS="cpu"))
     done = subprocess.run(
         [sys.executable, str(example), *args],
         capture_output=True,

@@ -2,8 +2,10 @@
 
 - ``tests``: install the three packages from this checkout and run the CPU suite once per
   simulated device count (1, 2, 3, 4, 8), each in its own pytest process, then the
-  multi-process jobs (``tests/multiprocess``) once.
-- ``compat``: the CPU suite (4 devices) on the newest jax, with Python 3.12.
+  multi-process jobs (``tests/multiprocess``) once. Tests that do not depend on the device
+  count, and single-precision cases, run in the 4-device process only (tests/conftest.py).
+- ``compat``: the CPU suite (4 devices, so every test of the suite) on the newest jax, with
+  Python 3.12.
 - ``clients``: install the three packages and NetKet 3.22.4, then run ``tests/clients`` (NetKet's
   jaxmg solvers against its dense ones) once per simulated device count (1, 2, 4).
 - ``lint``: ruff.
@@ -43,7 +45,10 @@ def install_jaxmg(session, *extras):
 
 
 def run_cpu_suite(session, count):
-    """The single-process suite on ``count`` simulated CPU devices."""
+    """The single-process suite on ``count`` simulated CPU devices.
+
+    XLA compiles the tests' programs without LLVM optimization (tests/conftest.py: half the
+    time), except in the 1-device run, which compiles them as users' programs are."""
     session.log(f"--- {count} simulated CPU device(s) ---")
     session.run(
         "python",
@@ -53,7 +58,7 @@ def run_cpu_suite(session, count):
         "--ignore=tests/multiprocess",
         f"--num-cpu-devices={count}",
         "-q",
-        env={"PYTHONHASHSEED": "0"},
+        env={"PYTHONHASHSEED": "0", "JAXMG_TEST_XLA_OPTIMIZE": "1" if count == 1 else "0"},
     )
 
 

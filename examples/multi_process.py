@@ -28,21 +28,27 @@ def launch(args):
             + ["--processes", str(args.processes)]
             + ["--devices-per-process", str(args.devices_per_process)],
             stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+            stderr=subprocess.PIPE,
             text=True,
         )
         for i in range(args.processes)
     ]
     failed = False
     for i, p in enumerate(procs):
-        out, _ = p.communicate(timeout=300)
-        print(f"=================== process {i} output ===================")
-        print("\n".join(line for line in out.splitlines() if not line.startswith("[Gloo]")))
+        out, err = p.communicate(timeout=300)
+        print(f"=================== process {i} output ===================", flush=True)
+        print(out, end="", flush=True)
+        sys.stderr.write("".join(line for line in err.splitlines(True) if "[Gloo]" not in line))
         failed |= p.returncode != 0
     return 1 if failed else 0
 
 
 def run(args):
+    # Gloo (the CPU collectives) prints its connection messages to the C-level stdout, at times
+    # in the middle of a line of ours: they go to stderr, and this script's prints keep stdout.
+    sys.stdout = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+
     import jax
 
     jax.config.update("jax_platforms", "cpu")

@@ -6,6 +6,10 @@ so each device count runs in its own pytest process: ``nox -s tests`` runs the s
 
 Strict JAX settings, as in JAX's own suite: x64 on, strict dtype promotion, rank promotion
 raising. They are set in ``pytest_configure`` (never at import) and only for the test process.
+
+Not every test runs in every device count's process: single-precision cases of a dtype grid
+(``dtype_sweep``) and tests independent of the device count (``once_per_suite``) run with 4
+devices only, the run that ``nox -s compat`` repeats on the newest jax.
 """
 
 import os
@@ -23,7 +27,20 @@ def pytest_addoption(parser):
     )
 
 
+# XLA's CPU backend compiles the suite's programs without LLVM optimization unless
+# JAXMG_TEST_XLA_OPTIMIZE=1 (``nox -s tests`` sets it for its 1-device run, which compiles as
+# users' programs are). Compiling hundreds of small programs per device count is most of the
+# suite's time, and takes half as long: the HLO, its shardings and collectives are the same
+# (tests that read compiled HLO see the same ops), and jaxmg's native code is built by its own
+# build, not by XLA.
+FAST_COMPILE = "--xla_backend_optimization_level=0"
+
+
 def pytest_configure(config):
+    if os.environ.get("JAXMG_TEST_XLA_OPTIMIZE") != "1":
+        # Read when the backend starts (below); the examples' processes inherit it.
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE}".strip()
+
     import jax
 
     jax.config.update("jax_num_cpu_devices", config.getoption("--num-cpu-devices"))
@@ -92,7 +109,13 @@ def _device_count(config) -> int:
 @pytest.fixture(scope="session")
 def once_per_suite(request):
     """For tests that do not depend on the simulated device count: they run only in the
-    4-device pytest process (the default), not again in the 1, 2, 3 and 8-device ones."""
+    4-device pytest process (the default), not again in the 1, 2, 3 and 8-device ones.
+
+    Use it (``@pytest.mark.usefixtures("once_per_suite")``, or a module's ``pytestmark``) for
+    pure layout and plan arithmetic, checks of arguments that need no mesh, tests on a device
+    count of their own (``devices[:1]``, a fixed 2 x 2 grid), and tests that start processes
+    configuring their own devices (examples, imports, benchmarks). 4 devices, because ``nox -s
+    compat`` runs that process again on the newest jax: what touches jax runs on both."""
     if _device_count(request.config) != 4:
         pytest.skip("independent of the device count: runs with --num-cpu-devices=4")
 

@@ -105,6 +105,7 @@ def test_in_specs_naming_an_axis_the_mesh_lacks(a, mesh):
         jaxmg.potrs(a, jnp.ones(a.shape[0]), 2, mesh=mesh, in_specs=(P(None, "x"), P("y")))
 
 
+@pytest.mark.usefixtures("once_per_suite")
 def test_plain_array_without_mesh():
     with pytest.raises(ValueError, match="no jax.set_mesh is in effect: pass mesh="):
         jax.jit(lambda x: jaxmg.potri(x, 2))(np.eye(8))
@@ -169,6 +170,7 @@ def test_n_not_divisible(mesh):
         jax.device_put(jnp.eye(4 * mesh.size + 1), NamedSharding(mesh, P(None, "x")))
 
 
+@pytest.mark.usefixtures("once_per_suite")
 def test_more_than_16_gpus_is_refused():
     from jaxmg import _geometry
 
@@ -188,6 +190,7 @@ def test_cyclic_wrong_shape(a, mesh):
         jaxmg.potrs(a, jnp.ones(a.shape[0]), widening[0], cyclic_1d=True)
 
 
+@pytest.mark.usefixtures("once_per_suite")
 def test_which_processes_drive_the_axis():
     """One process for the whole axis, or one device per process on one host; anything else
     is refused at call time with what was found, never attempted."""
@@ -208,6 +211,7 @@ def test_which_processes_drive_the_axis():
     assert _geometry.local_slice(np.array([[0, 1]]), 1, "x", {"x": 2}) == 0
 
 
+@pytest.mark.usefixtures("once_per_suite")
 @pytest.mark.parametrize("value", [None, "0", "yes"])
 def test_gpu_multiprocess_is_opt_in_until_run_on_hardware(monkeypatch, value):
     """One GPU per process (CUDA IPC) has not yet run on GPU hardware: refused unless
@@ -224,6 +228,7 @@ def test_gpu_multiprocess_is_opt_in_until_run_on_hardware(monkeypatch, value):
     _processes.check_gpu_multiprocess_enabled("x")
 
 
+@pytest.mark.usefixtures("once_per_suite")
 def test_gpu_multiprocess_needs_every_gpu_visible():
     """A per-process CUDA_VISIBLE_DEVICES hides the other GPUs from the leader: refused before
     any device work, with the way out."""
@@ -259,6 +264,7 @@ def test_no_shardmap_outside_shard_map(a, mesh):
         jaxmg.potri_shardmap_ctx(a)
 
 
+@pytest.mark.usefixtures("once_per_suite")
 def test_no_shardmap_axis_that_cannot_be_told(mesh):
     """Inside a shard_map over two axes of one size, the block could be split over either."""
     if mesh.size < 4:

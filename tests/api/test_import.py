@@ -1,7 +1,11 @@
-"""Importing jaxmg changes no global JAX setting."""
+"""Importing jaxmg changes no global JAX setting (in a fresh process: once, with 4 devices)."""
 
 import subprocess
 import sys
+
+import pytest
+
+pytestmark = pytest.mark.usefixtures("once_per_suite")
 
 
 def test_import_leaves_jax_config_alone():

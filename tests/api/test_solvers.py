@@ -301,6 +301,7 @@ def test_donated_a_is_solved_in_its_own_buffer(form):
     np.testing.assert_allclose(a_host @ v, v * np.asarray(w), atol=1e-10 * np.abs(w).max())
 
 
+@pytest.mark.usefixtures("once_per_suite")
 @pytest.mark.parametrize("ndev", range(1, 17))
 def test_pairings_meet_every_pair_once(ndev):
     from jaxmg._solvers import _pairings

@@ -1,7 +1,8 @@
 """jaxmg_layout against hand-worked tables and a loop-based numpy reference.
 
 Runs on every simulated device count (``--num-cpu-devices``); cases needing more devices than
-the process has are skipped.
+the process has are skipped. The cases that do not depend on the process's device count (plan
+tables, hand-worked cases on a device count of their own) run once, with 4 devices.
 """
 
 import re
@@ -45,6 +46,7 @@ def need(ndev):
         pytest.skip(f"needs {ndev} devices, this process has {jax.device_count()}")
 
 
+@pytest.mark.usefixtures("once_per_suite")
 def test_readme_12x12_two_devices():
     need(2)
     N, T_A = 12, 2
@@ -63,6 +65,7 @@ def test_readme_12x12_two_devices():
     assert jl.calculate_padding(6, 2, 2) == 2
 
 
+@pytest.mark.usefixtures("once_per_suite")
 def test_readme_100x100_four_devices():
     assert jl.calculate_padding(25, 4, 4) == 7
     plan = jl.CyclicPlan.make(100, 4, 4)
@@ -77,6 +80,7 @@ def test_readme_100x100_four_devices():
     )
 
 
+@pytest.mark.usefixtures("once_per_suite")
 @pytest.mark.parametrize(
     "shard, ndev, T_A_max, shift",
     [
@@ -98,6 +102,7 @@ def test_shift_relayout_applicability_hand_worked(shard, ndev, T_A_max, shift):
         assert plan.shift_relayout == (t in shift and t < shard)
 
 
+@pytest.mark.usefixtures("once_per_suite")
 def test_nearest_valid_tile_sizes():
     assert jl.calculate_valid_T_A(25, 5, 4, 30) == (4, 6)
     assert jl.calculate_valid_T_A(25, 1, 4, 30) == (None, 2)
@@ -105,6 +110,7 @@ def test_nearest_valid_tile_sizes():
     assert jl.calculate_valid_T_A(3, 2, 4, 5) == (1, 3)  # shards narrower than the devices
 
 
+@pytest.mark.usefixtures("once_per_suite")
 @pytest.mark.parametrize(
     "args, error, pattern",
     [
@@ -128,6 +134,7 @@ def test_no_relayout_for_wide_tiles_returns_input():
     assert not jl.CyclicPlan.make(8 * ndev, ndev, 8).needs_relayout
 
 
+@pytest.mark.usefixtures("once_per_suite")
 def test_plan_tables_agree_with_reference():
     plan = jl.CyclicPlan.make(30, 3, 2)
     cmap = plan.column_map()
@@ -306,6 +313,7 @@ def test_layout_rejects_bad_arrays(bad, error, pattern):
         jl.cyclic_1d_layout(bad(mesh_of(ndev), ndev), 2)
 
 
+@pytest.mark.usefixtures("once_per_suite")
 def test_layout_rejects_two_axis_sharding():
     if jax.device_count() < 4:
         pytest.skip("needs 4 devices")
@@ -322,6 +330,7 @@ def test_undo_rejects_wrong_width():
         jl.undo_cyclic_1d_layout(a, 8, 8 * ndev)
 
 
+@pytest.mark.usefixtures("once_per_suite")
 def test_narrow_shards_hand_worked():
     """N=8 on 4 devices (2 columns each, fewer than the devices), T_A=1: tile k is column k,
     on device k % 4; T_A=2 is the whole shard (no relayout)."""
@@ -348,6 +357,7 @@ def test_property_every_tile_round_trips(data):
     _layout_case(s * ndev, ndev, T_A, form, np.float32)
 
 
+@pytest.mark.usefixtures("once_per_suite")
 @given(s=st.integers(1, 200), ndev=st.integers(1, 16), T_A=st.integers(1, 220))
 def test_property_plan_tables(s, ndev, T_A):
     plan = jl.CyclicPlan.make(s * ndev, ndev, T_A)
@@ -359,6 +369,7 @@ def test_property_plan_tables(s, ndev, T_A):
     np.testing.assert_array_equal(real, np.arange(s * ndev))  # a permutation plus padding
 
 
+@pytest.mark.usefixtures("once_per_suite")
 def test_plot_layout():
     pytest.importorskip("matplotlib")
     import matplotlib

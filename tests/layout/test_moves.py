@@ -3,6 +3,8 @@
 The moves are run here by a strict numpy executor that refuses what the native one must never
 see (overlapping ranges, a range across two devices, staging beyond the stated width, two moves
 of one round that touch what the other writes) and runs each round as concurrent copies would.
+Pure numpy, the device count drawn or written in each case: it runs once, in the 4-device
+pytest process (``once_per_suite`` in tests/conftest.py).
 """
 
 import hypothesis.strategies as st
@@ -11,6 +13,8 @@ import pytest
 from hypothesis import given, settings
 
 import jaxmg_layout as jl
+
+pytestmark = pytest.mark.usefixtures("once_per_suite")
 
 
 def execute(buffers, moves, width, staging_width):

@@ -2,7 +2,9 @@
 
 Each test starts the processes of ``worker.py`` with a deadline (a job that overruns it is
 killed and the test fails: nothing here can hang CI), then reads the JSON lines the processes
-printed: every check compares against numpy inside the worker. This suite needs no simulated
+wrote, each to a results file of its own (``JAXMG_WORKER_RESULTS``): every check compares
+against numpy inside the worker. Their merged stdout and stderr only go into failure messages:
+Gloo writes to the same stdout from C++, onto our lines at times. This suite needs no simulated
 device count of its own (each worker sets its own), so ``nox -s tests`` runs it once.
 
 The GPU cases (one GPU per process, CUDA IPC) have NOT YET RUN ON GPU HARDWARE; they skip
@@ -17,6 +19,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -31,6 +34,15 @@ SOLVE_CHECKS = (4 * 2 * 2 + 3) * 2 + 2
 pytestmark = pytest.mark.skipif(not SHM.is_dir(), reason="no /dev/shm (POSIX shared memory)")
 
 
+def _xla_flags(environment):
+    """The processes' XLA_FLAGS: the suite's (tests/conftest.py: no LLVM optimization of the
+    compiled programs, unless JAXMG_TEST_XLA_OPTIMIZE=1), none of the caller's."""
+    environment.pop("XLA_FLAGS", None)
+    if os.environ.get("JAXMG_TEST_XLA_OPTIMIZE") != "1":
+        environment["XLA_FLAGS"] = "--xla_backend_optimization_level=0"
+    return environment
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -38,21 +50,38 @@ def _free_port() -> int:
 
 
 def start_job(scenario, processes, local_devices=1, env=None):
+    """The job's processes, each with ``results``: the file its checks go to."""
     port = _free_port()
     environment = {**os.environ, "JAX_PLATFORMS": "cpu", **(env or {})}
     environment = {k: v for k, v in environment.items() if v is not None}  # None: unset
-    environment.pop("XLA_FLAGS", None)
-    return [
-        subprocess.Popen(
-            [sys.executable, str(WORKER), scenario, str(i), str(processes), str(port)]
-            + [str(local_devices)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=environment,
+    environment = _xla_flags(environment)
+    folder = pathlib.Path(tempfile.mkdtemp(prefix="jaxmg-job-"))
+    procs = []
+    for i in range(processes):
+        results = folder / f"process-{i}.jsonl"
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(WORKER), scenario, str(i), str(processes), str(port)]
+                + [str(local_devices)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env={**environment, "JAXMG_WORKER_RESULTS": str(results)},
+            )
         )
-        for i in range(processes)
-    ]
+        procs[-1].results = results
+    return procs
+
+
+def read_checks(procs):
+    """Every check the processes wrote to their results files (none from one that wrote none),
+    then removes the files."""
+    checks = []
+    for p in procs:
+        if p.results.exists():
+            checks += [json.loads(line) for line in p.results.read_text().splitlines()]
+    shutil.rmtree(procs[0].results.parent, ignore_errors=True)
+    return checks
 
 
 def finish_job(procs, timeout=240):
@@ -67,13 +96,10 @@ def finish_job(procs, timeout=240):
             for q in procs:
                 q.kill()
             out, _ = p.communicate()
+            read_checks(procs)
             pytest.fail(f"multi-process job overran its {timeout} s deadline:\n{out[-3000:]}")
         outputs.append(out)
-    checks = []
-    for out in outputs:
-        for line in out.splitlines():
-            if line.startswith('{"check"'):
-                checks.append(json.loads(line))
+    checks = read_checks(procs)
     return [p.returncode for p in procs], checks, "\n".join(o[-3000:] for o in outputs)
 
 
@@ -171,10 +197,10 @@ def test_multinode_recipe_two_processes_of_two_devices():
 
 @pytest.mark.parametrize("args", [[], ["--processes", "4"], ["--devices-per-process", "2"]])
 def test_multi_process_example(args):
-    """examples/multi_process.py launches its own job; every process prints True."""
+    """examples/multi_process.py launches its own job; every process prints True. The example
+    sends Gloo's C++ stdout to stderr in each process, so the verdicts are lines of their own."""
     example = pathlib.Path(__file__).parents[2] / "examples" / "multi_process.py"
-    environment = dict(os.environ, JAX_PLATFORMS="cpu")
-    environment.pop("XLA_FLAGS", None)
+    environment = _xla_flags(dict(os.environ, JAX_PLATFORMS="cpu"))
     done = subprocess.run(
         [sys.executable, str(example), *args],
         capture_output=True,

@@ -6,8 +6,11 @@ On CPU by default; with ``JAXMG_WORKER_GPUS=G`` on GPUs instead: process ``i`` d
 ``i % G`` (every process sees every GPU; ``local_device_ids`` picks its own).
 
 Every process builds the same matrices (seeded numpy), runs the scenario through the public
-API, and prints one JSON line per check, ``{"check": ..., "ok": bool, ...}``, compared here
-against numpy; the test reads them. Scenarios:
+API, and reports one JSON line per check, ``{"check": ..., "ok": bool, ...}``, compared here
+against numpy. The lines go to the file named by ``JAXMG_WORKER_RESULTS`` (one file per
+process; the test reads them there) and, for the log, to stdout: stdout is no channel for
+results, since Gloo (the CPU collectives) writes its connection messages there from C++, and
+those can land inside a line of ours. Scenarios:
 
 - ``solve``: a first call under jit; potrs, potri, syevd (values and vectors) x float64,
   complex64, both sharding forms, plus a matrix that is not positive definite, the
@@ -64,12 +67,20 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import jaxmg  # noqa: E402
 
+# Appended to and flushed line by line: a process killed later keeps the checks it reported.
+# Run by hand without JAXMG_WORKER_RESULTS, the checks go to stdout only.
+results_path = os.environ.get("JAXMG_WORKER_RESULTS")
+results = open(results_path, "a") if results_path else None  # open for the process's life
+
 
 def report(check, ok, **extra):
-    print(
-        json.dumps({"check": check, "ok": bool(ok), "process": process_id, **extra}, default=float),
-        flush=True,
+    line = json.dumps(
+        {"check": check, "ok": bool(ok), "process": process_id, **extra}, default=float
     )
+    print(line, flush=True)
+    if results is not None:
+        results.write(line + "\n")
+        results.flush()
 
 
 def hermitian_pd(n, dtype, seed=0):

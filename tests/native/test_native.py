@@ -3,9 +3,11 @@
 The block-cyclic operands are built here with a small numpy loop (independent of
 jaxmg_layout) and results are checked against numpy with LAPACK-style scaled residuals. The
 CPU twin runs the same rendezvous as the CUDA targets, so these tests exercise the
-multi-device machinery on every simulated device count.
+multi-device machinery on every simulated device count. The tests on one device of their own
+(lowering, call ids, imports, the cross-process error paths) run once, with 4 devices.
 """
 
+import functools
 import os
 import subprocess
 import sys
@@ -61,30 +63,37 @@ def hermitian_pd(n, dtype, seed=0):
 
 def run(routine, A, tile, devices, b=None, vectors=True, device_ids=None):
     """One native call on ``devices``; returns host numpy outputs."""
-    ndev = len(devices)
-    mesh = jax.make_mesh((ndev,), ("x",), devices=devices)
-    ids = [d.id for d in devices] if device_ids is None else device_ids
-    a = jax.device_put(to_cyclic(A, ndev, tile), NamedSharding(mesh, ROWS))
+    ids = tuple(d.id for d in devices) if device_ids is None else tuple(device_ids)
+    fn, mesh = native_call(routine, tile, tuple(devices), ids, vectors)
+    a = jax.device_put(to_cyclic(A, len(devices), tile), NamedSharding(mesh, ROWS))
+    args = (a,) if routine != "potrs" else (a, jax.device_put(b, NamedSharding(mesh, P())))
+    return [np.asarray(o) for o in fn(*args)]
+
+
+@functools.cache
+def native_call(routine, tile, devices, ids, vectors):
+    """The jitted shard_map of one native call and its mesh, built once per configuration: jax
+    then compiles it once per shape and dtype, and a test calling it again runs the same
+    program (as a user's jitted function does), not a new one."""
+    mesh = jax.make_mesh((len(devices),), ("x",), devices=devices)
 
     def local(a, *rest):
         pos = jax.lax.axis_index("x")
         if routine == "potrs":
-            return jaxmg_cuda.mg_potrs(a, rest[0], pos, T_A=tile, device_ids=ids)
+            return jaxmg_cuda.mg_potrs(a, rest[0], pos, T_A=tile, device_ids=list(ids))
         if routine == "potri":
-            return jaxmg_cuda.mg_potri(a, pos, T_A=tile, device_ids=ids)
-        return jaxmg_cuda.mg_syevd(a, pos, T_A=tile, device_ids=ids, vectors=vectors)
+            return jaxmg_cuda.mg_potri(a, pos, T_A=tile, device_ids=list(ids))
+        return jaxmg_cuda.mg_syevd(a, pos, T_A=tile, device_ids=list(ids), vectors=vectors)
 
     # Results that are "the same on every device" come back stacked per device, so the test
     # sees every device's copy.
     per_device = P("x")
     if routine == "potrs":
-        args = (a, jax.device_put(b, NamedSharding(mesh, P())))
-        in_specs = (ROWS, P())
-        out_specs = (ROWS, per_device, per_device)
+        in_specs, out_specs = (ROWS, P()), (ROWS, per_device, per_device)
     elif routine == "potri":
-        args, in_specs, out_specs = (a,), (ROWS,), (ROWS, per_device)
+        in_specs, out_specs = (ROWS,), (ROWS, per_device)
     else:
-        args, in_specs, out_specs = (a,), (ROWS,), (ROWS, per_device, per_device)
+        in_specs, out_specs = (ROWS,), (ROWS, per_device, per_device)
 
     def stacked(*xs):
         outs = local(*xs)
@@ -93,7 +102,7 @@ def run(routine, A, tile, devices, b=None, vectors=True, device_ids=None):
     fn = jax.jit(
         jax.shard_map(stacked, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
     )
-    return [np.asarray(o) for o in fn(*args)]
+    return fn, mesh
 
 
 def scaled_residual(A, x, b):
@@ -199,15 +208,18 @@ def test_handlers_run_concurrently(cpu_devices):
 
 
 def test_many_consecutive_calls(cpu_devices):
-    """200 calls, varying routine, N, T_A and dtype: all correct, no deadlock, nothing open."""
+    """200 calls, each with another routine and dtype than the call before, N and T_A varying:
+    all correct, no deadlock, nothing open. They cycle through 24 programs (every routine x
+    dtype twice; every N / ndev in 2..5 with every T_A up to it), each compiled once and run
+    again on new matrices, as a user's jitted function is."""
     ndev = len(cpu_devices)
-    rng = np.random.default_rng(0)
+    shapes = [(per_device, tile) for per_device in range(2, 6) for tile in range(1, per_device + 1)]
+    routines = ("potrs", "potri", "syevd")
+    programs = [(routines[j % 3], DTYPES[j % 4], *shapes[j % len(shapes)]) for j in range(24)]
     for i in range(200):
-        n = ndev * int(rng.integers(2, 6))
-        tile = int(rng.integers(1, n // ndev + 1))
-        dtype = DTYPES[i % 4]
+        routine, dtype, per_device, tile = programs[i % len(programs)]
+        n = ndev * per_device
         A = hermitian_pd(n, dtype, seed=i)
-        routine = ("potrs", "potri", "syevd")[i % 3]
         if routine == "potrs":
             b = np.ones((1, n), dtype)
             _, x, status = run("potrs", A, tile, cpu_devices, b=b)
@@ -360,6 +372,7 @@ def test_bad_moves_reach_every_participant(cpu_devices, moves, message):
     assert jaxmg_cuda.open_meetings() == 0
 
 
+@pytest.mark.usefixtures("once_per_suite")
 @pytest.mark.parametrize("routine", ["potrs", "potri", "syevd"])
 def test_cuda_lowering_on_cpu(cpu_devices, routine):
     """Lowered for CUDA (on a machine without a GPU), each call names our custom call with its
@@ -399,6 +412,7 @@ def test_cuda_lowering_on_cpu(cpu_devices, routine):
         assert "tensor<8xf32>" in text  # w has the real dtype
 
 
+@pytest.mark.usefixtures("once_per_suite")
 def test_distinct_calls_get_distinct_call_ids(cpu_devices):
     """Two calls in one program never meet: each traced call carries a new call_id."""
     mesh = jax.make_mesh((1,), ("x",), devices=cpu_devices[:1])
@@ -420,6 +434,7 @@ def test_distinct_calls_get_distinct_call_ids(cpu_devices):
     assert len(ids) == 2 and ids[0] != ids[1]
 
 
+@pytest.mark.usefixtures("once_per_suite")
 def test_import_loads_no_cuda_library():
     """Importing jaxmg_cuda registers the targets but opens no CUDA library."""
     script = (
@@ -434,6 +449,7 @@ def test_import_loads_no_cuda_library():
     assert done.stdout.strip() == "CLEAN", done.stdout + done.stderr
 
 
+@pytest.mark.usefixtures("once_per_suite")
 def test_cuda_libraries_load_or_explain():
     """Opening the libraries on request works, or says what was looked for and where."""
     if not jaxmg_cuda.has_cuda_support():
@@ -442,6 +458,7 @@ def test_cuda_libraries_load_or_explain():
     assert message == "" or ("libcusolverMg" in message and "LD_LIBRARY_PATH" in message)
 
 
+@pytest.mark.usefixtures("once_per_suite")
 def test_repeated_gpu_probe_reports_instead_of_failing():
     """The probe ``nox -s gpu`` runs: without the CUDA libraries it says why, never raises.
     (With them it reports cuSolverMg's statuses; that path has not yet run on hardware.)"""
@@ -453,6 +470,7 @@ def test_repeated_gpu_probe_reports_instead_of_failing():
     assert "libcusolverMg" in report and "LD_LIBRARY_PATH" in report, report
 
 
+@pytest.mark.usefixtures("once_per_suite")
 def test_has_cuda_support_reports_the_build():
     assert isinstance(jaxmg_cuda.has_cuda_support(), bool)
 
@@ -488,6 +506,7 @@ def _one_of_two(position, pids, job=0x5EED):
     return jax.block_until_ready(fn(jnp.asarray(block), jnp.ones((1, n))))
 
 
+@pytest.mark.usefixtures("once_per_suite")
 @pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no POSIX shared memory")
 @pytest.mark.parametrize("position", [0, 1])
 def test_cross_process_peer_that_is_gone(position, monkeypatch):
@@ -506,6 +525,7 @@ def test_cross_process_peer_that_is_gone(position, monkeypatch):
     assert _shm_ours() == before
 
 
+@pytest.mark.usefixtures("once_per_suite")
 @pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no POSIX shared memory")
 @pytest.mark.parametrize("position", [0, 1])
 def test_cross_process_peer_that_never_comes(position, monkeypatch):
@@ -519,6 +539,7 @@ def test_cross_process_peer_that_never_comes(position, monkeypatch):
     assert _shm_ours() == before
 
 
+@pytest.mark.usefixtures("once_per_suite")
 def test_cross_process_position_of_another_process():
     """A process that claims a mesh position whose pid is not its own is refused."""
     with pytest.raises(Exception, match="belongs to process 1, not to this one"):

@@ -89,13 +89,15 @@ inline std::string CheckLibrarySizes(int64_t n, int64_t local, int64_t tile, int
   return "";
 }
 
-// The key of a call's meeting: its device ids in mesh order plus the trace-time call id.
+// The key of a call's meeting: its device ids in mesh order plus the trace-time call id, and
+// XLA's RunId of the execution when the handler binds it (rendezvous.h).
 inline std::string MeetingKey(const char* target, ffi::Span<const int64_t> device_ids,
-                              int64_t call_id) {
+                              int64_t call_id, std::optional<int64_t> run_id = std::nullopt) {
   std::ostringstream key;
   key << target << "#" << call_id << "[";
   for (size_t i = 0; i < device_ids.size(); ++i) key << (i ? "," : "") << device_ids[i];
   key << "]";
+  if (run_id) key << "@run" << *run_id;
   return key.str();
 }
 

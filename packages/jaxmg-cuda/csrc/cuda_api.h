@@ -19,6 +19,7 @@ using cusolverStatus_t = int;
 constexpr cudaError_t cudaSuccess = 0;
 constexpr cudaError_t cudaErrorPeerAccessAlreadyEnabled = 704;
 constexpr cusolverStatus_t CUSOLVER_STATUS_SUCCESS = 0;
+constexpr cusolverStatus_t CUSOLVER_STATUS_INTERNAL_ERROR = 7;
 
 typedef struct cusolverMgContext* cusolverMgHandle_t;
 typedef void* cudaLibMgGrid_t;

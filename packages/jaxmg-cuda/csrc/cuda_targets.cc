@@ -355,7 +355,6 @@ Outcome EnablePeers(const Api* api, const std::vector<int>& devices) {
 // info == 0 from the factorisation becomes status N + 1, "not positive definite, order
 // unknown" (README, status codes). The CPU twin returns LAPACK's info, 1..N. Any other failing
 // status is an error.
-constexpr int kCusolverInternalError = 7;
 Outcome LibraryOutcome(const Api* api, const char* routine, int status, int* info,
                        bool factorisation, int64_t n) {
   if (*info < 0)
@@ -363,7 +362,7 @@ Outcome LibraryOutcome(const Api* api, const char* routine, int status, int* inf
                          std::to_string(-*info) + " as illegal (info=" + std::to_string(*info) +
                          "): a bug in jaxmg, please report it");
   if (status == cuda::CUSOLVER_STATUS_SUCCESS || *info > 0) return {};
-  if (factorisation && status == kCusolverInternalError) {
+  if (factorisation && status == cuda::CUSOLVER_STATUS_INTERNAL_ERROR) {
     *info = static_cast<int>(n + 1);
     return {};
   }

@@ -294,9 +294,8 @@ void DelayForTests(int32_t position) {
 
 // The meeting of this call: its key, and the execution when the handler knows it.
 std::shared_ptr<Meeting> JoinMeeting(const Operands& o, int participants) {
-  std::string key = MeetingKey(o.target, o.device_ids, o.call_id);
-  if (o.run_id) key += "@run" + std::to_string(*o.run_id);
-  return Registry::Get().Join(key, participants, o.run_id.has_value());
+  return Registry::Get().Join(MeetingKey(o.target, o.device_ids, o.call_id, o.run_id),
+                              participants, o.run_id.has_value());
 }
 
 // --- participants in other processes (crossprocess.h) -------------------------------------

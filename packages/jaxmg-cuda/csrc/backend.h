@@ -1,7 +1,8 @@
 // The library line. Everything above it -- validation, the rendezvous, pointer tables,
-// workspace bookkeeping, status, NaN fill, broadcasting x -- is one code path (protocol.cc)
-// that the CPU twin runs in CI on 1..8 simulated devices. Below it are two small
-// implementations: LAPACK (cpu_twin.cc) and cuSolverMg (cuda_targets.cc).
+// workspace bookkeeping, status, NaN fill, broadcasting x -- is one code path (protocol.cc,
+// crossprocess.cc) that the CPU twin runs in CI on 1..8 simulated devices. Below it are two
+// implementations of each library step (routines.h): LAPACK (lapack_twin.cc, run by
+// cpu_twin.cc) and cuSolverMg (cusolvermg.cc, run by cuda_targets.cc).
 //
 //   Device   what one participant does to its *own* device, on its own thread.
 //   Backend  what the leader does for *all* devices: the shape of one cusolverMg call
@@ -17,25 +18,26 @@
 
 #include "common.h"
 #include "rendezvous.h"
+#include "routines.h"
 
 namespace jaxmg {
 
-enum class Op { kPotrs, kPotri, kSyevd };
-
 // One library call over all participants, in mesh order.
 struct MgCall {
-  Op op = Op::kPotrs;
+  const Routine* routine = nullptr;
   Dtype dtype = Dtype::kF64;
   int n = 0;        // global order N
   int tile = 0;     // T_A, the column tile width
   int lda = 0;      // leading dimension of every local tile array (== N)
   int nrhs = 0;     // potrs: right-hand sides
   bool vectors = true;           // syevd: eigenvectors too
+  char trans = 'N';              // getrs: solve with A ('N'), A^T ('T') or A^H ('C')
   std::vector<int> devices;      // device ordinals (-1 on CPU)
   std::vector<void*> a;          // each position's local tile array (tile m = global tile
                                  // position + m * ndev)
-  std::vector<void*> b;          // potrs: each position's copy of B (N x nrhs, ld N); the
+  std::vector<void*> b;          // rhs: each position's copy of B (N x nrhs, ld N); the
                                  // library solves into b[0]
+  std::vector<int32_t*> ipiv;    // pivots: each position's [L] (routines.h, Pivots)
   std::vector<void*> work;       // each position's workspace (phase 1 only)
   std::vector<int64_t> work_bytes;  // and its size in bytes
   void* w = nullptr;             // syevd: N real eigenvalues, on the host

@@ -1,4 +1,5 @@
-// The transport of the multi-process mode: one process per device, all on one host.
+// The multi-process mode: one process per device, all on one host. Its transport (segments)
+// and its protocol (AcrossProcesses, the counterpart of protocol.cc's meetings).
 //
 // Each participant of a call owns one POSIX shared-memory segment: a header (state, pid,
 // the call's signature, status, an error message) followed by its operands. On CPU the
@@ -24,6 +25,7 @@
 #include <string>
 
 #include "backend.h"
+#include "protocol.h"
 #include "rendezvous.h"
 
 namespace jaxmg {
@@ -37,6 +39,15 @@ enum SegmentState : int32_t {
   kAborted = 5,  // the call failed; `message` says why
 };
 
+// A segment's operands, in order.
+enum SegmentOperand : int {
+  kSegmentA = 0,     // the tiles
+  kSegmentB = 1,     // b / x (a right-hand side)
+  kSegmentW = 2,     // eigenvalues
+  kSegmentIpiv = 3,  // pivots
+  kOperands = 4,
+};
+
 // What one segment starts with. Lock-free 32-bit atomics are address-free, so they work
 // between processes that map the same memory.
 struct SegmentHeader {
@@ -46,10 +57,10 @@ struct SegmentHeader {
   int32_t info;
   int32_t position;
   uint64_t total_bytes;
-  uint64_t offset[3];  // operands: 0 = a (tiles), 1 = b / x (potrs), 2 = w (syevd)
-  uint64_t bytes[3];
-  int32_t by_handle;        // 1: a and b stay on the participant's GPU, shared[] maps them
-  SharedMemory shared[2];   // a, b
+  uint64_t offset[kOperands];  // of each SegmentOperand
+  uint64_t bytes[kOperands];
+  int32_t by_handle;        // 1: a, b and ipiv stay on the participant's GPU, shared[] maps them
+  SharedMemory shared[3];   // a, b, ipiv
   char signature[256];
   char message[2048];
 };
@@ -62,7 +73,7 @@ class Segment {
   Segment& operator=(const Segment&) = delete;
 
   // A new segment of `name` with room for operands of the given sizes, state kWriting.
-  static Outcome Create(const std::string& name, const uint64_t bytes[3],
+  static Outcome Create(const std::string& name, const uint64_t bytes[kOperands],
                         std::unique_ptr<Segment>* out);
   // Opens `name` if it exists and its creator has sized it; *out stays empty otherwise.
   static Outcome TryOpen(const std::string& name, std::unique_ptr<Segment>* out);
@@ -90,6 +101,11 @@ std::string SegmentName(int64_t job, const std::string& call, int64_t sequence, 
 int64_t NextSequence(const std::string& call);
 // False only when the process is known to be gone.
 bool ProcessAlive(int64_t pid);
+
+// The multi-process protocol (protocol.h): the participant at mesh `position` of a call whose
+// `job` is set; `error` is what its own checks found ("" when none). Position 0 leads.
+ffi::Error AcrossProcesses(const Operands& o, const Problem& p, Device& dev, Backend& backend,
+                           int32_t position, std::string error);
 
 // Sleeps a little longer each time, up to 1 ms: short calls stay fast, long waits stay cheap.
 class Backoff {

@@ -6,11 +6,14 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "cpu_twin.h"
 #include "crossprocess.h"
+#include "lapack_twin.h"
 #include "rendezvous.h"
+#include "routines.h"
+#include "testing.h"
 #ifdef JAXMG_WITH_CUDA
 #include "cuda_targets.h"
+#include "cuda_testing.h"
 #endif
 
 namespace py = pybind11;
@@ -28,19 +31,13 @@ PYBIND11_MODULE(_jaxmg_cuda, m) {
   m.doc() = "jaxmg native targets: cuSolverMg (CUDA) and its LAPACK twin (CPU)";
   m.def("cpu_targets", [] {
     py::dict d;
-    d["jaxmg_potrs"] = Capsule(JaxmgPotrsCpu);
-    d["jaxmg_potri"] = Capsule(JaxmgPotriCpu);
-    d["jaxmg_syevd"] = Capsule(JaxmgSyevdCpu);
+    for (const auto& [name, handler] : jaxmg::Targets(/*cuda=*/false)) d[name] = Capsule(handler);
     d["jaxmg_probe"] = Capsule(JaxmgProbeCpu);
     return d;
   });
   m.def("cuda_targets", [] {
     py::dict d;
-#ifdef JAXMG_WITH_CUDA
-    d["jaxmg_potrs"] = Capsule(JaxmgPotrsCuda);
-    d["jaxmg_potri"] = Capsule(JaxmgPotriCuda);
-    d["jaxmg_syevd"] = Capsule(JaxmgSyevdCuda);
-#endif
+    for (const auto& [name, handler] : jaxmg::Targets(/*cuda=*/true)) d[name] = Capsule(handler);
     return d;
   });
   m.def("has_cuda", [] {
@@ -98,8 +95,12 @@ PYBIND11_MODULE(_jaxmg_cuda, m) {
          std::vector<int> positions, const std::vector<py::bytes>& a,
          const std::vector<py::bytes>& b, int64_t call_id, int64_t job,
          std::vector<int64_t> pids, std::vector<int64_t> to_cyclic,
-         std::vector<int64_t> from_cyclic) {
+         std::vector<int64_t> from_cyclic, const std::vector<py::bytes>& ipiv,
+         const std::string& trans) {
         jaxmg::HostCall call;
+        for (const py::bytes& x : ipiv) call.ipiv.push_back(x);
+        if (trans.size() != 1) throw std::invalid_argument("trans must be 'N', 'T' or 'C'");
+        call.trans = trans[0];
         call.op = op;
         call.dtype = dtype;
         call.n = n;
@@ -134,6 +135,7 @@ PYBIND11_MODULE(_jaxmg_cuda, m) {
         d["a"] = as_bytes(result.a);
         d["x"] = as_bytes(result.x);
         d["w"] = as_bytes(result.w);
+        d["ipiv"] = as_bytes(result.ipiv);
         d["status"] = result.status;
         d["errors"] = result.errors;
         return d;
@@ -143,7 +145,8 @@ PYBIND11_MODULE(_jaxmg_cuda, m) {
       py::arg("positions"), py::arg("a"), py::arg("b"), py::arg("call_id"), py::arg("job"),
       py::arg("pids"), py::arg("to_cyclic") = std::vector<int64_t>{},
       py::arg("from_cyclic") = std::vector<int64_t>{},
-      "Test hook: one call of the CUDA path outside XLA on host bytes (cuda_targets.h, "
+      py::arg("ipiv") = std::vector<py::bytes>{}, py::arg("trans") = std::string("N"),
+      "Test hook: one call of the CUDA path outside XLA on host bytes (cuda_testing.h, "
       "RunCudaOnHost); a dict of per-position outputs and errors.");
 #endif
   m.def("check_library_sizes", &jaxmg::CheckLibrarySizes, py::arg("n"), py::arg("local"),
@@ -156,7 +159,7 @@ PYBIND11_MODULE(_jaxmg_cuda, m) {
       [](uint64_t bytes) {
         const std::string call = "create_shared_memory";
         const std::string name = jaxmg::SegmentName(getpid(), call, jaxmg::NextSequence(call), 0);
-        const uint64_t sizes[3] = {bytes, 0, 0};
+        const uint64_t sizes[jaxmg::kOperands] = {bytes, 0, 0, 0};
         std::unique_ptr<jaxmg::Segment> segment;
         jaxmg::Outcome r;
         {

@@ -10,21 +10,27 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "backend.h"
 #include "common.h"
+#include "routines.h"
 
 namespace jaxmg {
 
 // One participant's operands, as its handler received them.
 struct Operands {
-  Op op = Op::kPotrs;
+  const Routine* routine = nullptr;
   const char* target = "";
   const ffi::AnyBuffer* a = nullptr;  // [L, N] local tiles
   void* a_out = nullptr;              // result aliasing a: factor / inverse / eigenvectors
-  const ffi::AnyBuffer* b = nullptr;  // potrs: [nrhs, N]
-  void* x_out = nullptr;              // potrs: result aliasing b
-  ffi::AnyBuffer::Dimensions x_dims;  // potrs
+  const ffi::AnyBuffer* b = nullptr;  // rhs: [nrhs, N]
+  void* x_out = nullptr;              // rhs: result aliasing b
+  ffi::AnyBuffer::Dimensions x_dims;  // rhs
+  int32_t* ipiv = nullptr;            // pivots: int32 [L], the result (kOut) or operand (kIn)
+  size_t ipiv_count = 0;
+  char trans = 'N';                   // attr trans (getrs): 'N', 'T' or 'C'
   void* w_out = nullptr;              // syevd: [N] real
   ffi::DataType w_type = ffi::DataType::INVALID;
   ffi::AnyBuffer::Dimensions w_dims;
@@ -56,38 +62,45 @@ struct Operands {
   ffi::Span<const int64_t> from_cyclic;  // attr from_cyclic
 };
 
-// The attributes every handler passes on as they are: the job's and the relayout's.
-inline Operands WithAttrs(Operands o, int64_t job, ffi::Span<const int64_t> pids,
-                          ffi::Span<const int64_t> to_cyclic,
-                          ffi::Span<const int64_t> from_cyclic) {
-  o.job = job;
-  o.pids = pids;
-  o.to_cyclic = to_cyclic;
-  o.from_cyclic = from_cyclic;
-  return o;
-}
-
-// The execution this participant belongs to (Ctx<ffi::RunId>).
-inline Operands WithRun(Operands o, ffi::RunId run) {
-  o.run_id = run.run_id;
-  return o;
-}
-
 // Runs the protocol; returns the same error on every participant when anything fails.
 // `max_participants`: the backend's limit (cuSolverMg: 16). With `operands.job != 0` the
 // participants are processes (crossprocess.h) instead of threads of this process.
 ffi::Error Participate(const Operands& operands, Device& device, Backend& backend,
                        int max_participants);
 
-// The operands of each target, shared by the CPU and CUDA handlers.
-// What every target has: the matrix, the position, the status and the attributes.
-inline Operands CommonOperands(Op op, const char* target, ffi::AnyBuffer& a, void* a_out,
+// --- the steps both protocols share: the meetings of one process (protocol.cc) and the
+// segments of several (crossprocess.cc) ---------------------------------------------------
+
+// What every participant of one call must agree on.
+std::string Signature(const Problem& p);
+// The checks of step 1 and the copy of the inputs into the (normally aliased) results.
+// Returns "" when this participant is ready to publish, else what is wrong.
+std::string Prepare(const Operands& o, Device& dev, int max_participants, Problem* p,
+                    int32_t* position);
+// Bytes of workspace to allocate at `position`: the library's, and at least the relayout's
+// staging buffer.
+int64_t AllocationBytes(const Problem& p, size_t position, const std::vector<int64_t>& library);
+size_t RhsBytes(const Operands& o, const Problem& p);    // b / x; 0 without
+size_t PivotBytes(const Operands& o, const Problem& p);  // the pivots; 0 without
+// The library call as the leader sees it, from the published slots.
+MgCall MakeCall(const Operands& o, const Problem& p, const std::vector<Slot>& slots);
+Outcome SameSignatures(const char* target, const std::vector<Slot>& slots);
+// The leader's part: the relayout, the library for everybody, x to every position.
+Outcome RunLibrary(const Operands& o, const Problem& p, Backend& backend, MgCall& call,
+                   std::vector<unsigned char>* w_host, int32_t* info_out);
+// This participant's own outputs, once the leader is done: status, eigenvalues, NaN.
+Outcome WriteOutputs(const Operands& o, const Problem& p, Device& dev, int32_t info,
+                     const std::vector<unsigned char>& w_host);
+
+// What every target has: the matrix, the position, the status and the attributes. The
+// operands of each routine are assembled in routines.cc.
+inline Operands CommonOperands(Op op, ffi::AnyBuffer& a, void* a_out,
                                ffi::Buffer<ffi::S32>& position,
                                ffi::Result<ffi::Buffer<ffi::S32>>& status, int64_t tile,
                                ffi::Span<const int64_t> device_ids, int64_t call_id) {
   Operands o;
-  o.op = op;
-  o.target = target;
+  o.routine = &RoutineOf(op);
+  o.target = o.routine->target;
   o.a = &a;
   o.a_out = a_out;
   o.position = position.typed_data();
@@ -97,41 +110,6 @@ inline Operands CommonOperands(Op op, const char* target, ffi::AnyBuffer& a, voi
   o.tile = tile;
   o.device_ids = device_ids;
   o.call_id = call_id;
-  return o;
-}
-
-inline Operands PotrsOperands(ffi::AnyBuffer& a, ffi::AnyBuffer& b,
-                              ffi::Buffer<ffi::S32>& position,
-                              ffi::Result<ffi::AnyBuffer>& a_out, ffi::Result<ffi::AnyBuffer>& x,
-                              ffi::Result<ffi::Buffer<ffi::S32>>& status, int64_t tile,
-                              ffi::Span<const int64_t> device_ids, int64_t call_id) {
-  Operands o = CommonOperands(Op::kPotrs, "jaxmg_potrs", a, a_out->untyped_data(), position,
-                              status, tile, device_ids, call_id);
-  o.b = &b;
-  o.x_out = x->untyped_data();
-  o.x_dims = x->dimensions();
-  return o;
-}
-
-inline Operands PotriOperands(ffi::AnyBuffer& a, ffi::Buffer<ffi::S32>& position,
-                              ffi::Result<ffi::AnyBuffer>& a_out,
-                              ffi::Result<ffi::Buffer<ffi::S32>>& status, int64_t tile,
-                              ffi::Span<const int64_t> device_ids, int64_t call_id) {
-  return CommonOperands(Op::kPotri, "jaxmg_potri", a, a_out->untyped_data(), position, status,
-                        tile, device_ids, call_id);
-}
-
-inline Operands SyevdOperands(ffi::AnyBuffer& a, ffi::Buffer<ffi::S32>& position,
-                              ffi::Result<ffi::AnyBuffer>& v, ffi::Result<ffi::AnyBuffer>& w,
-                              ffi::Result<ffi::Buffer<ffi::S32>>& status, int64_t tile,
-                              ffi::Span<const int64_t> device_ids, int64_t call_id,
-                              bool vectors) {
-  Operands o = CommonOperands(Op::kSyevd, "jaxmg_syevd", a, v->untyped_data(), position, status,
-                              tile, device_ids, call_id);
-  o.w_out = w->untyped_data();
-  o.w_type = w->element_type();
-  o.w_dims = w->dimensions();
-  o.vectors = vectors;
   return o;
 }
 

@@ -40,7 +40,8 @@ struct Slot {
   bool arrived = false;
   int device = -1;             // device ordinal (CUDA) or -1 (CPU)
   void* a = nullptr;           // the local tile array (the `a` result buffer)
-  void* b = nullptr;           // potrs: this device's copy of B (the `x` result buffer)
+  void* b = nullptr;           // rhs: this device's copy of B (the `x` result buffer)
+  void* ipiv = nullptr;        // pivots: this device's [L] int32 (getrf, getrs)
   void* workspace = nullptr;   // this device's workspace (phase 1)
   uint64_t thread = 0;         // a token of the publishing thread (diagnostics only)
   std::string signature;       // the call's shape as this participant sees it

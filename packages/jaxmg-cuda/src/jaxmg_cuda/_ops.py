@@ -18,7 +18,7 @@ _call_ids = itertools.count(1)
 def _register_lapack() -> None:
     from scipy.linalg.cython_lapack import __pyx_capi__ as capsules
 
-    names = [f"{p}{r}" for p in "sdcz" for r in ("potrf", "potrs", "potri")]
+    names = [f"{p}{r}" for p in "sdcz" for r in ("potrf", "potrs", "potri", "getrf", "getrs")]
     names += ["ssyevd", "dsyevd", "cheevd", "zheevd"]
     for name in names:
         _jaxmg_cuda.register_lapack(name, capsules[name])

@@ -1,0 +1,71 @@
+// What the CUDA files share (cuda_api.cc, cusolvermg.cc, cuda_targets.cc, cuda_testing.cc):
+// the loaded API, vendor messages, the macro every vendor call goes through, and the two
+// halves of the CUDA platform (backend.h): the participant's GPU and the leader's cuSolverMg.
+// NOT YET RUN ON GPU HARDWARE (see cuda_targets.cc).
+#ifndef JAXMG_CUDA_INTERNAL_H_
+#define JAXMG_CUDA_INTERNAL_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+
+#include "backend.h"
+#include "cuda_api.h"
+
+namespace jaxmg {
+
+using cuda::Api;
+
+const char* CusolverStatusName(int status);
+
+enum class Library { kCudart, kCusolverMg, kDriver };
+
+std::string VendorMessage(const Api* api, Library lib, int status);
+
+// Every vendor call goes through this macro: a failure returns an Outcome naming the file,
+// line, the call's text and the vendor's message (the protocol turns it into ffi::Error on
+// every participant).
+#define JAXMG_VENDOR_STATUS(lib, api, status, text)                                   \
+  do {                                                                                \
+    const int jaxmg_status_ = (status);                                               \
+    if (jaxmg_status_ != 0) {                                                         \
+      std::ostringstream jaxmg_m_;                                                    \
+      jaxmg_m_ << __FILE__ << ":" << __LINE__ << ": " << text << " failed: "          \
+               << VendorMessage((api), Library::lib, jaxmg_status_);                  \
+      return Outcome::Fail(jaxmg_m_.str());                                           \
+    }                                                                                 \
+  } while (0)
+#define JAXMG_VENDOR(lib, api, expr) JAXMG_VENDOR_STATUS(lib, api, (api)->expr, #expr)
+#define JAXMG_CUDART(api, expr) JAXMG_VENDOR(kCudart, api, expr)
+#define JAXMG_MG(api, expr) JAXMG_VENDOR(kCusolverMg, api, expr)
+
+// Restores the calling thread's current device (the leader visits every device).
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(const Api* api) : api_(api) { api_->cudaGetDevice(&device_); }
+  ~DeviceGuard() { api_->cudaSetDevice(device_); }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  const Api* api_;
+  int device_ = 0;
+};
+
+// Memory that stays valid until the participant returns (XLA's scratch allocator in a handler).
+using ScratchFn = std::function<std::optional<void*>(size_t bytes)>;
+
+// One participant's own GPU: everything runs on its XLA stream (cuda_targets.cc). With
+// `api == nullptr` every use fails with `load_error`.
+std::unique_ptr<Device> MakeCudaDevice(const Api* api, std::string load_error,
+                                       cudaStream_t stream, int32_t ordinal, ScratchFn scratch);
+
+// The leader's cuSolverMg calls for all devices (cusolvermg.cc).
+std::unique_ptr<Backend> MakeCudaBackend(const Api* api);
+
+}  // namespace jaxmg
+
+#endif  // JAXMG_CUDA_INTERNAL_H_

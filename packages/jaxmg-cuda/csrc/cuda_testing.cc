@@ -1,0 +1,328 @@
+// Test and diagnostic entry points of the CUDA path (cuda_testing.h): the handler's body on
+// host arrays (RunCudaOnHost), and the repeated-GPU probe of the GPU validation run.
+// NOT YET RUN ON GPU HARDWARE.
+#include "cuda_testing.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "common.h"
+#include "cuda_internal.h"
+#include "protocol.h"
+
+namespace jaxmg {
+namespace {
+
+// The routine whose name (routines.h, Routine::name, without " (factored)") or target suffix
+// is `op`: "potrs", "potrs_factored", "getrs", ...
+const Routine* RoutineNamed(const std::string& op) {
+  for (Op o : {Op::kPotrs, Op::kPotri, Op::kSyevd, Op::kPotrf, Op::kPotrsFactored,
+               Op::kPotriFactored, Op::kGetrf, Op::kGetrs}) {
+    const Routine& r = RoutineOf(o);
+    if (std::string("jaxmg_") + op == r.target) return &r;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+// nox -s gpu asks this once (issue 5): two processes on one GPU would need cuSolverMg to take a
+// device list that names one GPU twice. Tries a Cholesky of diag(1..8), tile 2, on `device`
+// listed twice and reports every status. NOT YET RUN ON GPU HARDWARE.
+std::string ProbeRepeatedGpu(int device) {
+  std::string load_error;
+  const Api* api = cuda::Load(&load_error);
+  if (api == nullptr) return load_error;
+  std::ostringstream report;
+  report << "cuSolverMg with GPU " << device << " listed twice:";
+  auto step = [&](const char* what, int status) {
+    report << " " << what << "=" << status;
+    if (status != 0) report << " (" << CusolverStatusName(status) << ")";
+    return status == 0;
+  };
+  constexpr int kN = 8, kTile = 2, kLocal = kN / 2;  // 2 "devices" x 2 tiles of 2 columns
+  int devices[2] = {device, device};
+  const int32_t ids[2] = {device, device};
+  cuda::cusolverMgHandle_t handle = nullptr;
+  cuda::cudaLibMgGrid_t grid = nullptr;
+  cuda::cudaLibMgMatrixDesc_t desc = nullptr;
+  void* a[2] = {nullptr, nullptr};
+  void* work[2] = {nullptr, nullptr};
+  DeviceGuard guard(api);
+  api->cudaSetDevice(device);
+  bool ok = step("cusolverMgCreate", api->cusolverMgCreate(&handle)) &&
+            step("DeviceSelect", api->cusolverMgDeviceSelect(handle, 2, devices)) &&
+            step("CreateDeviceGrid",
+                 api->cusolverMgCreateDeviceGrid(&grid, 1, 2, ids,
+                                                 cuda::CUDALIBMG_GRID_MAPPING_COL_MAJOR)) &&
+            step("CreateMatrixDesc", api->cusolverMgCreateMatrixDesc(
+                                         &desc, kN, kN, kN, kTile, cuda::CUDA_R_64F, grid));
+  // Global column j: tile j / 2 on "device" (j / 2) % 2, local column (j / 4) * 2 + j % 2.
+  std::vector<double> local[2] = {std::vector<double>(kN * kLocal, 0.0),
+                                  std::vector<double>(kN * kLocal, 0.0)};
+  for (int j = 0; j < kN; ++j)
+    local[(j / kTile) % 2][((j / (2 * kTile)) * kTile + j % kTile) * kN + j] = j + 1.0;
+  for (int d = 0; ok && d < 2; ++d) {
+    ok = step("cudaMalloc", api->cudaMalloc(&a[d], local[d].size() * sizeof(double))) &&
+         step("cudaMemcpy", api->cudaMemcpy(a[d], local[d].data(), local[d].size() * sizeof(double),
+                                            cuda::cudaMemcpyHostToDevice));
+  }
+  int64_t lwork = 0;
+  int info = -1;
+  if (ok)
+    ok = step("Potrf_bufferSize", api->cusolverMgPotrf_bufferSize(
+                                      handle, cuda::CUBLAS_FILL_MODE_LOWER, kN, a, 1, 1, desc,
+                                      cuda::CUDA_R_64F, &lwork));
+  for (int d = 0; ok && d < 2; ++d)
+    ok = step("cudaMalloc(work)",
+              api->cudaMalloc(&work[d], static_cast<size_t>(std::max<int64_t>(lwork, 1)) * 8));
+  if (ok) {
+    ok = step("Potrf", api->cusolverMgPotrf(handle, cuda::CUBLAS_FILL_MODE_LOWER, kN, a, 1, 1, desc,
+                                            cuda::CUDA_R_64F, work, lwork, &info));
+    report << " info=" << info;
+    // The library may still run on its own streams: wait for the device before reading.
+    if (ok) ok = step("cudaDeviceSynchronize", api->cudaDeviceSynchronize());
+  }
+  if (ok) {
+    double worst = 0.0;  // L = diag(sqrt(1..8))
+    for (int d = 0; d < 2; ++d)
+      api->cudaMemcpy(local[d].data(), a[d], local[d].size() * sizeof(double),
+                      cuda::cudaMemcpyDeviceToHost);
+    for (int j = 0; j < kN; ++j) {
+      const double got = local[(j / kTile) % 2][((j / (2 * kTile)) * kTile + j % kTile) * kN + j];
+      worst = std::max(worst, std::abs(got - std::sqrt(j + 1.0)));
+    }
+    report << " max |L_jj - sqrt(j+1)|=" << worst << (worst < 1e-12 ? " (correct)" : " (WRONG)");
+  }
+  for (void* p : work)
+    if (p != nullptr) api->cudaFree(p);
+  for (void* p : a)
+    if (p != nullptr) api->cudaFree(p);
+  if (desc != nullptr) api->cusolverMgDestroyMatrixDesc(desc);
+  if (grid != nullptr) api->cusolverMgDestroyGrid(grid);
+  if (handle != nullptr) api->cusolverMgDestroy(handle);
+  return report.str();
+}
+
+namespace {
+
+// --- RunCudaOnHost (cuda_targets.h): the handler's body on host arrays, for tests -----------
+
+// One mesh position's buffers on its GPU: one cudaMalloc, every buffer at an aligned offset
+// past a gap, so none starts at the allocation's base (as under XLA's allocator).
+class StagedPosition {
+ public:
+  StagedPosition(const Api* api, int ordinal) : api_(api), ordinal_(ordinal) {}
+  ~StagedPosition() {
+    DeviceGuard guard(api_);
+    api_->cudaSetDevice(ordinal_);
+    for (void* m : scratch_) api_->cudaFree(m);
+    if (base_ != nullptr) api_->cudaFree(base_);
+    if (stream_ != nullptr) api_->cudaStreamDestroy(stream_);
+  }
+  StagedPosition(const StagedPosition&) = delete;
+  StagedPosition& operator=(const StagedPosition&) = delete;
+
+  // Reserves `bytes` in the allocation to come; returns its offset.
+  size_t Reserve(size_t bytes) {
+    const size_t at = size_;
+    size_ += (bytes + 255) / 256 * 256 + 256;
+    return at;
+  }
+  Outcome Allocate() {
+    JAXMG_CUDART(api_, cudaSetDevice(ordinal_));
+    JAXMG_CUDART(api_, cudaStreamCreate(&stream_));
+    JAXMG_CUDART(api_, cudaMalloc(&base_, size_));
+    return {};
+  }
+  char* at(size_t offset) const { return static_cast<char*>(base_) + offset; }
+  cudaStream_t stream() const { return stream_; }
+  // Scratch memory on this GPU, freed with the position (the handler's ScratchAllocator).
+  std::optional<void*> Scratch(size_t bytes) {
+    DeviceGuard guard(api_);
+    void* m = nullptr;
+    if (api_->cudaSetDevice(ordinal_) != cuda::cudaSuccess ||
+        api_->cudaMalloc(&m, bytes) != cuda::cudaSuccess)
+      return std::nullopt;
+    scratch_.push_back(m);
+    return m;
+  }
+
+ private:
+  const Api* api_;
+  int ordinal_;
+  size_t size_ = 256;  // the leading gap
+  void* base_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  std::vector<void*> scratch_;
+};
+
+Outcome Download(const Api* api, const char* src, size_t bytes, std::string* out) {
+  out->assign(bytes, '\0');
+  if (bytes > 0)
+    JAXMG_CUDART(api, cudaMemcpy(out->data(), src, bytes, cuda::cudaMemcpyDeviceToHost));
+  return {};
+}
+
+// Position i of `c` (mesh position c.positions[i]) on its own thread; fills result slot i.
+void RunPositionOnHost(const Api* api, const HostCall& c, ffi::DataType type, Dtype dtype,
+                       size_t i, HostResult* out) {
+  const int position = c.positions[i];
+  const int ordinal = static_cast<int>(c.device_ids[position]);
+  const size_t esize = ElementSize(dtype);
+  const Routine& routine = *RoutineNamed(c.op);
+  const bool rhs = routine.rhs, syevd = routine.eigenvalues;
+  const size_t a_bytes = static_cast<size_t>(c.local * c.n) * esize;
+  const size_t b_bytes = rhs ? static_cast<size_t>(c.nrhs * c.n) * esize : 0;
+  const size_t w_bytes = syevd ? static_cast<size_t>(c.n) * RealElementSize(dtype) : 0;
+  const size_t ipiv_bytes =
+      routine.pivots != Pivots::kNone ? static_cast<size_t>(c.local) * sizeof(int32_t) : 0;
+
+  StagedPosition staged(api, ordinal);
+  const size_t a_in = staged.Reserve(a_bytes), a_out = c.aliased ? a_in : staged.Reserve(a_bytes);
+  const size_t b_in = staged.Reserve(b_bytes), x_out = c.aliased ? b_in : staged.Reserve(b_bytes);
+  const size_t w_out = staged.Reserve(w_bytes);
+  const size_t ipiv_at = staged.Reserve(ipiv_bytes);
+  const size_t pos_at = staged.Reserve(sizeof(int32_t));
+  const size_t status_at = staged.Reserve(sizeof(int32_t));
+  const int32_t position32 = position, unset = -12345;
+  Outcome staging = [&]() -> Outcome {
+    if (Outcome o = staged.Allocate(); !o.ok) return o;
+    auto up = [&](size_t offset, const void* host, size_t bytes) -> Outcome {
+      if (bytes > 0)
+        JAXMG_CUDART(api, cudaMemcpy(staged.at(offset), host, bytes, cuda::cudaMemcpyHostToDevice));
+      return {};
+    };
+    if (Outcome o = up(a_in, c.a[i].data(), a_bytes); !o.ok) return o;
+    if (rhs) {
+      if (Outcome o = up(b_in, c.b[i].data(), b_bytes); !o.ok) return o;
+    }
+    if (routine.pivots == Pivots::kIn) {
+      if (Outcome o = up(ipiv_at, c.ipiv[i].data(), ipiv_bytes); !o.ok) return o;
+    }
+    if (Outcome o = up(pos_at, &position32, sizeof(position32)); !o.ok) return o;
+    return up(status_at, &unset, sizeof(unset));
+  }();
+  if (!staging.ok) {  // the other positions fail at their deadline
+    out->errors[i] = "staging mesh position " + std::to_string(position) + ": " + staging.message;
+    return;
+  }
+
+  int64_t a_dims[2] = {c.local, c.n}, b_dims[2] = {c.nrhs, c.n}, w_dims[1] = {c.n};
+  XLA_FFI_Buffer a_buffer{XLA_FFI_Buffer_STRUCT_SIZE, nullptr,
+                          static_cast<XLA_FFI_DataType>(type), staged.at(a_in), 2, a_dims};
+  XLA_FFI_Buffer b_buffer{XLA_FFI_Buffer_STRUCT_SIZE, nullptr,
+                          static_cast<XLA_FFI_DataType>(type), staged.at(b_in), 2, b_dims};
+  ffi::AnyBuffer a(&a_buffer), b(&b_buffer);
+  Operands o;
+  o.routine = &routine;
+  o.target = routine.target;
+  o.a = &a;
+  o.a_out = routine.result == Result::kUnchanged ? staged.at(a_in) : staged.at(a_out);
+  o.position = reinterpret_cast<const int32_t*>(staged.at(pos_at));
+  o.position_count = 1;
+  o.status_out = reinterpret_cast<int32_t*>(staged.at(status_at));
+  o.status_count = 1;
+  o.tile = c.tile;
+  o.device_ids = ffi::Span<const int64_t>(c.device_ids);
+  o.call_id = c.call_id;
+  if (routine.pivots != Pivots::kNone) {
+    o.ipiv = reinterpret_cast<int32_t*>(staged.at(ipiv_at));
+    o.ipiv_count = static_cast<size_t>(c.local);
+  }
+  o.trans = c.trans;
+  if (rhs) {
+    o.b = &b;
+    o.x_out = staged.at(x_out);
+    o.x_dims = ffi::AnyBuffer::Dimensions(b_dims, 2);
+  }
+  if (syevd) {
+    o.w_out = staged.at(w_out);
+    o.w_type = RealTypeOf(dtype);
+    o.w_dims = ffi::AnyBuffer::Dimensions(w_dims, 1);
+    o.vectors = c.vectors;
+  }
+  o.job = c.job;
+  o.pids = ffi::Span<const int64_t>(c.pids);
+  o.to_cyclic = ffi::Span<const int64_t>(c.to_cyclic);
+  o.from_cyclic = ffi::Span<const int64_t>(c.from_cyclic);
+
+  std::unique_ptr<Device> device = MakeCudaDevice(
+      api, "", staged.stream(), ordinal, [&staged](size_t bytes) { return staged.Scratch(bytes); });
+  std::unique_ptr<Backend> backend = MakeCudaBackend(api);
+  ffi::Error e = Participate(o, *device, *backend, kMaxCudaDevices);
+  if (e.failure()) out->errors[i] = e.message();
+
+  Outcome back = [&]() -> Outcome {
+    JAXMG_CUDART(api, cudaStreamSynchronize(staged.stream()));
+    if (Outcome r = Download(api, staged.at(a_out), a_bytes, &out->a[i]); !r.ok) return r;
+    if (Outcome r = Download(api, staged.at(x_out), b_bytes, &out->x[i]); !r.ok) return r;
+    if (Outcome r = Download(api, staged.at(w_out), w_bytes, &out->w[i]); !r.ok) return r;
+    if (Outcome r = Download(api, staged.at(ipiv_at), ipiv_bytes, &out->ipiv[i]); !r.ok) return r;
+    JAXMG_CUDART(api, cudaMemcpy(&out->status[i], staged.at(status_at), sizeof(int32_t),
+                                 cuda::cudaMemcpyDeviceToHost));
+    return {};
+  }();
+  if (!back.ok && out->errors[i].empty()) out->errors[i] = back.message;
+}
+
+}  // namespace
+
+bool RunCudaOnHost(const HostCall& c, HostResult* out, std::string* error) {
+  static const std::map<std::string, std::pair<ffi::DataType, Dtype>> kTypes = {
+      {"float32", {ffi::DataType::F32, Dtype::kF32}},
+      {"float64", {ffi::DataType::F64, Dtype::kF64}},
+      {"complex64", {ffi::DataType::C64, Dtype::kC64}},
+      {"complex128", {ffi::DataType::C128, Dtype::kC128}}};
+  const auto type = kTypes.find(c.dtype);
+  const size_t count = c.positions.size();
+  const size_t esize = type != kTypes.end() ? ElementSize(type->second.second) : 0;
+  std::ostringstream bad;
+  const Routine* routine = RoutineNamed(c.op);
+  if (routine == nullptr)
+    bad << "op must name a routine (potrs, potri, syevd, potrf, potrs_factored, "
+           "potri_factored, getrf, getrs)";
+  else if (type == kTypes.end()) bad << "dtype must be float32, float64, complex64 or complex128";
+  else if (c.a.size() != count || (routine->rhs && c.b.size() != count) ||
+           (routine->pivots == Pivots::kIn && c.ipiv.size() != count))
+    bad << "one a (and b, pivots where the routine takes them) per position run";
+  for (size_t i = 0; bad.str().empty() && i < count; ++i) {
+    if (c.positions[i] < 0 || c.positions[i] >= static_cast<int>(c.device_ids.size()))
+      bad << "position " << c.positions[i] << " is not on the mesh axis";
+    else if (c.a[i].size() != static_cast<size_t>(c.local * c.n) * esize)
+      bad << "a[" << i << "] must hold L x N = " << c.local << " x " << c.n << " elements";
+    else if (routine->pivots == Pivots::kIn && c.ipiv[i].size() != c.local * sizeof(int32_t))
+      bad << "ipiv[" << i << "] must hold L = " << c.local << " int32";
+    else if (routine->rhs && c.b[i].size() != static_cast<size_t>(c.nrhs * c.n) * esize)
+      bad << "b[" << i << "] must hold nrhs x N = " << c.nrhs << " x " << c.n << " elements";
+  }
+  if (!bad.str().empty()) {
+    *error = "RunCudaOnHost: " + bad.str();
+    return false;
+  }
+  const Api* api = cuda::Load(error);
+  if (api == nullptr) return false;
+  out->a.assign(count, {});
+  out->x.assign(count, {});
+  out->w.assign(count, {});
+  out->ipiv.assign(count, {});
+  out->status.assign(count, -1);
+  out->errors.assign(count, {});
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < count; ++i)
+    threads.emplace_back(RunPositionOnHost, api, std::cref(c), type->second.first,
+                         type->second.second, i, out);
+  for (std::thread& t : threads) t.join();
+  return true;
+}
+
+}  // namespace jaxmg

@@ -1,0 +1,300 @@
+// The native entry of every routine: its row of the table (routines.h), its operands and its
+// FFI handlers, one for the CPU twin and one for cuSolverMg, bound from one description.
+#include "routines.h"
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "platforms.h"
+#include "protocol.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace jaxmg {
+
+const Routine& RoutineOf(Op op) {
+  static const std::vector<Routine> table = [] {
+    std::vector<Routine> t;
+    t.push_back({Op::kPotrs, "jaxmg_potrs", "potrs", {Step::kPotrf, Step::kPotrs}, true,
+                 Pivots::kNone, false, Result::kFactor});
+    t.push_back({Op::kPotri, "jaxmg_potri", "potri", {Step::kPotrf, Step::kPotri}, false,
+                 Pivots::kNone, false, Result::kMatrix});
+    t.push_back({Op::kSyevd, "jaxmg_syevd", "syevd", {Step::kSyevd}, false, Pivots::kNone, true,
+                 Result::kMatrix});
+    t.push_back({Op::kPotrf, "jaxmg_potrf", "potrf", {Step::kPotrf}, false, Pivots::kNone,
+                 false, Result::kFactor});
+    t.push_back({Op::kPotrsFactored, "jaxmg_potrs_factored", "potrs (factored)", {Step::kPotrs},
+                 true, Pivots::kNone, false, Result::kUnchanged});
+    t.push_back({Op::kPotriFactored, "jaxmg_potri_factored", "potri (factored)",
+                 {Step::kPotri}, false, Pivots::kNone, false, Result::kMatrix});
+    t.push_back({Op::kGetrf, "jaxmg_getrf", "getrf", {Step::kGetrf}, false, Pivots::kOut, false,
+                 Result::kFactor});
+    t.push_back({Op::kGetrs, "jaxmg_getrs", "getrs", {Step::kGetrs}, true, Pivots::kIn, false,
+                 Result::kUnchanged});
+    return t;
+  }();
+  return table[static_cast<size_t>(op)];
+}
+
+namespace {
+
+using Span = ffi::Span<const int64_t>;
+using Status = ffi::Result<ffi::Buffer<ffi::S32>>;
+using Position = ffi::Buffer<ffi::S32>;
+using Int32s = ffi::Buffer<ffi::S32>;
+
+// The attributes every target takes last, in this order (protocol.h, Operands).
+struct Attrs {
+  int64_t tile;
+  Span device_ids;
+  int64_t call_id;
+  int64_t job;
+  Span pids;
+  Span to_cyclic;
+  Span from_cyclic;
+};
+
+Operands Finish(Operands o, const Attrs& at, ffi::RunId run) {
+  o.job = at.job;
+  o.pids = at.pids;
+  o.to_cyclic = at.to_cyclic;
+  o.from_cyclic = at.from_cyclic;
+  o.run_id = run.run_id;
+  return o;
+}
+
+Operands Common(Op op, ffi::AnyBuffer& a, void* a_out, Position& position, Status& status,
+                const Attrs& at) {
+  return CommonOperands(op, a, a_out, position, status, at.tile, at.device_ids, at.call_id);
+}
+
+void WithRhs(Operands* o, ffi::AnyBuffer& b, ffi::Result<ffi::AnyBuffer>& x) {
+  o->b = &b;
+  o->x_out = x->untyped_data();
+  o->x_dims = x->dimensions();
+}
+
+// --- each routine's operands, in the order its handlers bind them ---------------------------
+
+Operands Potrs(const Attrs& at, ffi::AnyBuffer& a, ffi::AnyBuffer& b, Position& position,
+               ffi::Result<ffi::AnyBuffer>& factor, ffi::Result<ffi::AnyBuffer>& x,
+               Status& status) {
+  Operands o = Common(Op::kPotrs, a, factor->untyped_data(), position, status, at);
+  WithRhs(&o, b, x);
+  return o;
+}
+template <typename B>
+auto PotrsBinding(B b) {
+  return std::move(b).template Arg<ffi::AnyBuffer>()     // a [L, N]
+      .template Arg<ffi::AnyBuffer>()         // b [nrhs, N]
+      .template Arg<Position>()               // position []
+      .template Ret<ffi::AnyBuffer>()         // factor, aliases a
+      .template Ret<ffi::AnyBuffer>()         // x, aliases b
+      .template Ret<ffi::Buffer<ffi::S32>>();  // status [1]
+}
+
+Operands Potri(const Attrs& at, ffi::AnyBuffer& a, Position& position, ffi::Result<ffi::AnyBuffer>& inverse,
+               Status& status) {
+  return Common(Op::kPotri, a, inverse->untyped_data(), position, status, at);
+}
+template <typename B>
+auto PotriBinding(B b) {
+  return std::move(b).template Arg<ffi::AnyBuffer>()     // a [L, N]
+      .template Arg<Position>()               // position []
+      .template Ret<ffi::AnyBuffer>()         // inverse (lower triangle), aliases a
+      .template Ret<ffi::Buffer<ffi::S32>>();  // status [1]
+}
+
+Operands Syevd(const Attrs& at, ffi::AnyBuffer& a, Position& position, ffi::Result<ffi::AnyBuffer>& v,
+               ffi::Result<ffi::AnyBuffer>& w, Status& status, bool& vectors) {
+  Operands o = Common(Op::kSyevd, a, v->untyped_data(), position, status, at);
+  o.w_out = w->untyped_data();
+  o.w_type = w->element_type();
+  o.w_dims = w->dimensions();
+  o.vectors = vectors;
+  return o;
+}
+template <typename B>
+auto SyevdBinding(B b) {
+  return std::move(b).template Arg<ffi::AnyBuffer>()      // a [L, N]
+      .template Arg<Position>()                // position []
+      .template Ret<ffi::AnyBuffer>()          // vectors, aliases a
+      .template Ret<ffi::AnyBuffer>()          // w [N] real
+      .template Ret<ffi::Buffer<ffi::S32>>()   // status [1]
+      .template Attr<bool>("vectors");
+}
+
+Operands Potrf(const Attrs& at, ffi::AnyBuffer& a, Position& position, ffi::Result<ffi::AnyBuffer>& factor,
+               Status& status) {
+  return Common(Op::kPotrf, a, factor->untyped_data(), position, status, at);
+}
+template <typename B>
+auto PotrfBinding(B b) {
+  return std::move(b).template Arg<ffi::AnyBuffer>()     // a [L, N]
+      .template Arg<Position>()               // position []
+      .template Ret<ffi::AnyBuffer>()         // factor (lower triangle), aliases a
+      .template Ret<ffi::Buffer<ffi::S32>>();  // status [1]
+}
+
+Operands PotrsFactored(const Attrs& at, ffi::AnyBuffer& factor, ffi::AnyBuffer& b, Position& position,
+                       ffi::Result<ffi::AnyBuffer>& x, Status& status) {
+  Operands o = Common(Op::kPotrsFactored, factor, factor.untyped_data(), position, status, at);
+  WithRhs(&o, b, x);
+  return o;
+}
+template <typename B>
+auto PotrsFactoredBinding(B b) {
+  return std::move(b).template Arg<ffi::AnyBuffer>()     // factor [L, N] (jaxmg_potrf), read only
+      .template Arg<ffi::AnyBuffer>()         // b [nrhs, N]
+      .template Arg<Position>()               // position []
+      .template Ret<ffi::AnyBuffer>()         // x, aliases b
+      .template Ret<ffi::Buffer<ffi::S32>>();  // status [1]
+}
+
+Operands PotriFactored(const Attrs& at, ffi::AnyBuffer& factor, Position& position,
+                       ffi::Result<ffi::AnyBuffer>& inverse, Status& status) {
+  return Common(Op::kPotriFactored, factor, inverse->untyped_data(), position, status, at);
+}
+template <typename B>
+auto PotriFactoredBinding(B b) {
+  return std::move(b).template Arg<ffi::AnyBuffer>()  // factor [L, N] (jaxmg_potrf)
+      .template Arg<Position>()                        // position []
+      .template Ret<ffi::AnyBuffer>()                  // inverse (lower triangle), aliases it
+      .template Ret<ffi::Buffer<ffi::S32>>();          // status [1]
+}
+
+Operands Getrf(const Attrs& at, ffi::AnyBuffer& a, Position& position, ffi::Result<ffi::AnyBuffer>& lu,
+               ffi::Result<ffi::Buffer<ffi::S32>>& ipiv, Status& status) {
+  Operands o = Common(Op::kGetrf, a, lu->untyped_data(), position, status, at);
+  o.ipiv = ipiv->typed_data();
+  o.ipiv_count = ipiv->element_count();
+  return o;
+}
+template <typename B>
+auto GetrfBinding(B b) {
+  return std::move(b).template Arg<ffi::AnyBuffer>()     // a [L, N]
+      .template Arg<Position>()               // position []
+      .template Ret<ffi::AnyBuffer>()         // L and U, aliases a
+      .template Ret<ffi::Buffer<ffi::S32>>()  // pivots [L]
+      .template Ret<ffi::Buffer<ffi::S32>>();  // status [1]
+}
+
+Operands Getrs(const Attrs& at, ffi::AnyBuffer& lu, Int32s& ipiv, ffi::AnyBuffer& b, Position& position,
+               ffi::Result<ffi::AnyBuffer>& x, Status& status, int64_t& trans) {
+  Operands o = Common(Op::kGetrs, lu, lu.untyped_data(), position, status, at);
+  o.ipiv = ipiv.typed_data();
+  o.ipiv_count = ipiv.element_count();
+  o.trans = static_cast<char>(trans);
+  WithRhs(&o, b, x);
+  return o;
+}
+template <typename B>
+auto GetrsBinding(B b) {
+  return std::move(b).template Arg<ffi::AnyBuffer>()     // L and U [L, N] (jaxmg_getrf), read only
+      .template Arg<Int32s>()                 // pivots [L] (jaxmg_getrf)
+      .template Arg<ffi::AnyBuffer>()         // b [nrhs, N]
+      .template Arg<Position>()               // position []
+      .template Ret<ffi::AnyBuffer>()         // x, aliases b
+      .template Ret<ffi::Buffer<ffi::S32>>()  // status [1]
+      .template Attr<int64_t>("trans");       // 'N', 'T' or 'C' (as a character code)
+}
+
+// --- handlers, generated per routine and platform ---------------------------------------
+
+// Turns a routine's operand function into the two handlers: the routine's own operands
+// first, then the attributes of Attrs.
+template <auto Build>
+struct Entry;
+template <typename... Args, Operands (*Build)(const Attrs&, Args&...)>
+struct Entry<Build> {
+  static ffi::Error Cpu(ffi::RunId run, Args... args, int64_t tile, Span device_ids,
+                        int64_t call_id, int64_t job, Span pids, Span to_cyclic,
+                        Span from_cyclic) {
+    const Attrs at{tile, device_ids, call_id, job, pids, to_cyclic, from_cyclic};
+    return RunOnCpu(Finish(Build(at, args...), at, run));
+  }
+#ifdef JAXMG_WITH_CUDA
+  static ffi::Error Cuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator scratch,
+                         ffi::RunId run, Args... args, int64_t tile, Span device_ids,
+                         int64_t call_id, int64_t job, Span pids, Span to_cyclic,
+                         Span from_cyclic) {
+    const Attrs at{tile, device_ids, call_id, job, pids, to_cyclic, from_cyclic};
+    return RunOnCuda(Finish(Build(at, args...), at, run), stream, ordinal, scratch);
+  }
+#endif
+};
+
+template <typename B>
+auto WithAttrs(B b) {
+  return std::move(b).template Attr<int64_t>("T_A")
+      .template Attr<Span>("device_ids")
+      .template Attr<int64_t>("call_id")
+      .template Attr<int64_t>("job")  // 0: every participant in this process
+      .template Attr<Span>("pids")
+      .template Attr<Span>("to_cyclic")
+      .template Attr<Span>("from_cyclic");
+}
+
+auto CpuContext() { return ffi::Ffi::Bind().Ctx<ffi::RunId>(); }
+// Never declare the command-buffer trait: a handler meets other devices' handlers.
+auto CudaContext() {
+  return ffi::Ffi::Bind()
+      .Ctx<ffi::PlatformStream<cudaStream_t>>()  // XLA's stream
+      .Ctx<ffi::DeviceOrdinal>()                 // this GPU
+      .Ctx<ffi::ScratchAllocator>()              // workspace
+      .Ctx<ffi::RunId>();                        // the execution
+}
+
+}  // namespace
+}  // namespace jaxmg
+
+#define JAXMG_CPU_TARGET(Name)                                                          \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(Jaxmg##Name##Cpu, jaxmg::Entry<jaxmg::Name>::Cpu,       \
+                                jaxmg::WithAttrs(jaxmg::Name##Binding(jaxmg::CpuContext())))
+#ifdef JAXMG_WITH_CUDA
+#define JAXMG_CUDA_TARGET(Name)                                                         \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(Jaxmg##Name##Cuda, jaxmg::Entry<jaxmg::Name>::Cuda,     \
+                                jaxmg::WithAttrs(jaxmg::Name##Binding(jaxmg::CudaContext())))
+#else
+#define JAXMG_CUDA_TARGET(Name)
+#endif
+#define JAXMG_TARGET(Name) \
+  JAXMG_CPU_TARGET(Name);  \
+  JAXMG_CUDA_TARGET(Name)
+
+JAXMG_TARGET(Potrs);
+JAXMG_TARGET(Potri);
+JAXMG_TARGET(Syevd);
+JAXMG_TARGET(Potrf);
+JAXMG_TARGET(PotrsFactored);
+JAXMG_TARGET(PotriFactored);
+JAXMG_TARGET(Getrf);
+JAXMG_TARGET(Getrs);
+
+namespace jaxmg {
+
+std::vector<std::pair<const char*, void*>> Targets(bool cuda) {
+  std::vector<std::pair<const char*, void*>> out;
+  auto add = [&](Op op, void* cpu, void* gpu) {
+    out.emplace_back(RoutineOf(op).target, cuda ? gpu : cpu);
+  };
+#ifdef JAXMG_WITH_CUDA
+#define JAXMG_BOTH(Name) reinterpret_cast<void*>(Jaxmg##Name##Cpu), \
+                         reinterpret_cast<void*>(Jaxmg##Name##Cuda)
+#else
+#define JAXMG_BOTH(Name) reinterpret_cast<void*>(Jaxmg##Name##Cpu), nullptr
+#endif
+  add(Op::kPotrs, JAXMG_BOTH(Potrs));
+  add(Op::kPotri, JAXMG_BOTH(Potri));
+  add(Op::kSyevd, JAXMG_BOTH(Syevd));
+  add(Op::kPotrf, JAXMG_BOTH(Potrf));
+  add(Op::kPotrsFactored, JAXMG_BOTH(PotrsFactored));
+  add(Op::kPotriFactored, JAXMG_BOTH(PotriFactored));
+  add(Op::kGetrf, JAXMG_BOTH(Getrf));
+  add(Op::kGetrs, JAXMG_BOTH(Getrs));
+#undef JAXMG_BOTH
+  if (cuda && out.front().second == nullptr) out.clear();
+  return out;
+}
+
+}  // namespace jaxmg

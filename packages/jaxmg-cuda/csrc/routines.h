@@ -1,0 +1,62 @@
+// The routines: what each FFI target hands the library and gets back, in one table.
+//
+// A target (jaxmg_potrs, jaxmg_getrs, ...) is a short list of library steps run by the leader
+// for every device, plus the operands its participants bring. The protocol (protocol.cc,
+// crossprocess.cc) reads only this table, never a target's name; each step has one LAPACK
+// implementation (lapack_twin.cc) and one cuSolverMg implementation (cusolvermg.cc). A new
+// routine is a row here and its handlers in routines.cc, a step in each of those two files if
+// it needs a new library call, and its declarations in cuda_api.h.
+#ifndef JAXMG_ROUTINES_H_
+#define JAXMG_ROUTINES_H_
+
+#include <utility>
+#include <vector>
+
+namespace jaxmg {
+
+// One library call, named by its LAPACK routine (cuSolverMg uses the same names).
+enum class Step { kPotrf, kPotrs, kPotri, kSyevd, kGetrf, kGetrs };
+
+// The FFI targets.
+enum class Op {
+  kPotrs,          // jaxmg_potrs: factor A and solve (LAPACK posv)
+  kPotri,          // jaxmg_potri: factor A and invert
+  kSyevd,          // jaxmg_syevd: eigenvalues (and vectors)
+  kPotrf,          // jaxmg_potrf: the Cholesky factor alone
+  kPotrsFactored,  // jaxmg_potrs_factored: solve with a Cholesky factor
+  kPotriFactored,  // jaxmg_potri_factored: invert from a Cholesky factor
+  kGetrf,          // jaxmg_getrf: LU factor with partial pivoting, and the pivots
+  kGetrs,          // jaxmg_getrs: solve with an LU factor (op(A) = A, A^T or A^H)
+};
+
+// What `a` holds when the call returns.
+enum class Result {
+  kFactor,     // a factor, left in the block-cyclic layout (to_cyclic moves, if any, applied)
+  kMatrix,     // a matrix the caller wants in its own layout: from_cyclic moves applied
+  kUnchanged,  // the input factor, read only
+};
+
+// Pivots of an LU factor: int32 [L] per position, distributed like A's columns (entry l of a
+// position belongs to its local column l), 1-based global row indices as LAPACK's ipiv.
+enum class Pivots { kNone, kOut, kIn };
+
+struct Routine {
+  Op op;
+  const char* target;        // the FFI target: "jaxmg_potrs"
+  const char* name;          // for messages: "potrs"
+  std::vector<Step> steps;   // in order; the next runs only while info == 0
+  bool rhs = false;          // b in, x out: [nrhs, N], the same on every position
+  Pivots pivots = Pivots::kNone;
+  bool eigenvalues = false;  // w out: [N] real, the same on every position
+  Result result = Result::kFactor;
+};
+
+const Routine& RoutineOf(Op op);
+
+// Every routine's FFI target: (name, handler) for the CPU twin, or for CUDA (none when built
+// without CUDA).
+std::vector<std::pair<const char*, void*>> Targets(bool cuda);
+
+}  // namespace jaxmg
+
+#endif  // JAXMG_ROUTINES_H_

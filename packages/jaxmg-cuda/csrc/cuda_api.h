@@ -28,6 +28,7 @@ typedef void* cudaLibMgMatrixDesc_t;
 enum cusolverMgGridMapping_t { CUDALIBMG_GRID_MAPPING_ROW_MAJOR = 1, CUDALIBMG_GRID_MAPPING_COL_MAJOR = 0 };
 enum cudaDataType { CUDA_R_32F = 0, CUDA_R_64F = 1, CUDA_C_32F = 4, CUDA_C_64F = 5 };
 enum cublasFillMode_t { CUBLAS_FILL_MODE_LOWER = 0, CUBLAS_FILL_MODE_UPPER = 1 };
+enum cublasOperation_t { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1, CUBLAS_OP_C = 2 };
 enum cusolverEigMode_t { CUSOLVER_EIG_MODE_NOVECTOR = 0, CUSOLVER_EIG_MODE_VECTOR = 1 };
 enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDefault = 4 };
 
@@ -108,6 +109,20 @@ enum CUpointer_attribute {
   X(cusolverStatus_t, cusolverMgPotri,                                                         \
     (cusolverMgHandle_t, cublasFillMode_t, int, void*[], int, int, cudaLibMgMatrixDesc_t,      \
      cudaDataType, void*[], int64_t, int*))                                                    \
+  X(cusolverStatus_t, cusolverMgGetrf_bufferSize,                                              \
+    (cusolverMgHandle_t, int, int, void*[], int, int, cudaLibMgMatrixDesc_t, int*[],           \
+     cudaDataType, int64_t*))                                                                  \
+  X(cusolverStatus_t, cusolverMgGetrf,                                                         \
+    (cusolverMgHandle_t, int, int, void*[], int, int, cudaLibMgMatrixDesc_t, int*[],           \
+     cudaDataType, void*[], int64_t, int*))                                                    \
+  X(cusolverStatus_t, cusolverMgGetrs_bufferSize,                                              \
+    (cusolverMgHandle_t, cublasOperation_t, int, int, void*[], int, int,                       \
+     cudaLibMgMatrixDesc_t, int*[], void*[], int, int, cudaLibMgMatrixDesc_t, cudaDataType,    \
+     int64_t*))                                                                                \
+  X(cusolverStatus_t, cusolverMgGetrs,                                                         \
+    (cusolverMgHandle_t, cublasOperation_t, int, int, void*[], int, int,                       \
+     cudaLibMgMatrixDesc_t, int*[], void*[], int, int, cudaLibMgMatrixDesc_t, cudaDataType,    \
+     void*[], int64_t, int*))                                                                  \
   X(cusolverStatus_t, cusolverMgSyevd_bufferSize,                                              \
     (cusolverMgHandle_t, cusolverEigMode_t, cublasFillMode_t, int, void*[], int, int,          \
      cudaLibMgMatrixDesc_t, void*, cudaDataType, cudaDataType, int64_t*))                      \

@@ -109,6 +109,20 @@ enum CUpointer_attribute {
   X(cusolverStatus_t, cusolverMgPotri,                                                         \
     (cusolverMgHandle_t, cublasFillMode_t, int, void*[], int, int, cudaLibMgMatrixDesc_t,      \
      cudaDataType, void*[], int64_t, int*))                                                    \
+  X(cusolverStatus_t, cusolverMgGetrf_bufferSize,                                              \
+    (cusolverMgHandle_t, int, int, void*[], int, int, cudaLibMgMatrixDesc_t, int*[],           \
+     cudaDataType, int64_t*))                                                                  \
+  X(cusolverStatus_t, cusolverMgGetrf,                                                         \
+    (cusolverMgHandle_t, int, int, void*[], int, int, cudaLibMgMatrixDesc_t, int*[],           \
+     cudaDataType, void*[], int64_t, int*))                                                    \
+  X(cusolverStatus_t, cusolverMgGetrs_bufferSize,                                              \
+    (cusolverMgHandle_t, cublasOperation_t, int, int, void*[], int, int,                       \
+     cudaLibMgMatrixDesc_t, int*[], void*[], int, int, cudaLibMgMatrixDesc_t, cudaDataType,    \
+     int64_t*))                                                                                \
+  X(cusolverStatus_t, cusolverMgGetrs,                                                         \
+    (cusolverMgHandle_t, cublasOperation_t, int, int, void*[], int, int,                       \
+     cudaLibMgMatrixDesc_t, int*[], void*[], int, int, cudaLibMgMatrixDesc_t, cudaDataType,    \
+     void*[], int64_t, int*))                                                                  \
   X(cusolverStatus_t, cusolverMgSyevd_bufferSize,                                              \
     (cusolverMgHandle_t, cusolverEigMode_t, cublasFillMode_t, int, void*[], int, int,          \
      cudaLibMgMatrixDesc_t, void*, cudaDataType, cudaDataType, int64_t*))                      \

@@ -97,6 +97,7 @@ struct OursOf<R(A...) noexcept> {
   M(c::CUresult, ::CUresult)                                             \
   M(c::cudaDataType, ::cudaDataType)                                     \
   M(c::cublasFillMode_t, ::cublasFillMode_t)                             \
+  M(c::cublasOperation_t, ::cublasOperation_t)                           \
   M(c::cusolverEigMode_t, ::cusolverEigMode_t)                           \
   M(c::cusolverMgGridMapping_t, ::cusolverMgGridMapping_t)               \
   M(c::cudaMemcpyKind, ::cudaMemcpyKind)                                 \
@@ -234,6 +235,9 @@ JAXMG_SAME_VALUE(CUDA_C_32F);
 JAXMG_SAME_VALUE(CUDA_C_64F);
 JAXMG_SAME_VALUE(CUBLAS_FILL_MODE_LOWER);
 JAXMG_SAME_VALUE(CUBLAS_FILL_MODE_UPPER);
+JAXMG_SAME_VALUE(CUBLAS_OP_N);
+JAXMG_SAME_VALUE(CUBLAS_OP_T);
+JAXMG_SAME_VALUE(CUBLAS_OP_C);
 JAXMG_SAME_VALUE(CUSOLVER_EIG_MODE_NOVECTOR);
 JAXMG_SAME_VALUE(CUSOLVER_EIG_MODE_VECTOR);
 JAXMG_SAME_VALUE(CUDALIBMG_GRID_MAPPING_ROW_MAJOR);

@@ -7,8 +7,9 @@
 // workspace that is too small or whose contents are relied on, leaks, unbalanced IPC
 // open/close. Every misuse is a "violation": recorded, printed to stderr, and the call fails.
 // The numbers come from naive dense algorithms in double precision (Cholesky, triangular
-// inverse, cyclic Jacobi): good enough to check results, not cuSolverMg's rounding. Only the
-// lower triangle (uplo = LOWER) is emulated, because that is all jaxmg uses.
+// inverse, cyclic Jacobi, unblocked LU with partial pivoting): good enough to check results,
+// not cuSolverMg's rounding. Only the lower triangle (uplo = LOWER) and square getrf (M == N)
+// are emulated, because that is all jaxmg uses.
 //
 // Build as one library and make libcudart.so.13, libcusolverMg.so.12 and libcuda.so.1 links to it:
 //   c++ -std=c++17 -O1 -g -shared -fPIC -Wl,-soname,libfakecuda.so -o libfakecuda.so
@@ -352,18 +353,25 @@ const Desc* CheckMatrix(Checker& c, const char* name, void* handle, void* desc,
   return &d;
 }
 
-// Every routine's handle, scalars and A.
-const Desc* CheckA(Checker& c, void* handle, int uplo, int n, void* const* a, int ia, int ja,
-                   void* desc, int type) {
+// Every routine's handle, scalars and square A (N x N).
+const Desc* CheckSquareA(Checker& c, void* handle, int n, void* const* a, int ia, int ja,
+                         void* desc, int type) {
   if (handles->count(handle) == 0) c.Fail(S("unknown or destroyed handle ", handle));
   else if (static_cast<MgHandle*>(handle)->devices.empty()) c.Fail("no cusolverMgDeviceSelect");
-  if (uplo != 0) c.Fail(S("uplo ", uplo, " (the emulator supports LOWER only)"));
   if (ia != 1 || ja != 1) c.Fail(S("IA=", ia, ", JA=", ja, " (must be 1)"));
   if (ElementSize(type) == 0) c.Fail(S("computeType ", type));
   const Desc* d = descs->count(desc) != 0 ? static_cast<Desc*>(desc) : nullptr;
   if (d != nullptr && (n != d->rows || n != d->cols))
     c.Fail(S("N=", n, " but descA is ", d->rows, " x ", d->cols));
   d = CheckMatrix(c, "A", handle, desc, a, d != nullptr ? d->cols : 0, type);
+  return c.ok() ? d : nullptr;
+}
+
+// The same for the Cholesky and eigen routines, which emulate uplo = LOWER only.
+const Desc* CheckA(Checker& c, void* handle, int uplo, int n, void* const* a, int ia, int ja,
+                   void* desc, int type) {
+  if (uplo != 0) c.Fail(S("uplo ", uplo, " (the emulator supports LOWER only)"));
+  const Desc* d = CheckSquareA(c, handle, n, a, ia, ja, desc, type);
   return c.ok() ? d : nullptr;
 }
 
@@ -392,6 +400,101 @@ const Desc* CheckSyevd(Checker& c, void* h, int jobz, int uplo, int n, void** a,
     c.Fail(S("dataTypeW ", type_w, " for computeType ", type, " (need ", real, ")"));
   CheckHost(c, "W", w);
   return c.ok() ? d : nullptr;
+}
+
+// The local columns grid position p holds among the first `ncols` columns of d's layout.
+int64_t LocalColumns(const Desc& d, int64_t ncols, int64_t p) {
+  const int64_t P = static_cast<int64_t>(d.ids.size()), tiles = (ncols + d.nb - 1) / d.nb;
+  if (p >= tiles) return 0;
+  const int64_t last = p + ((tiles - 1 - p) / P) * P;  // the last tile p owns
+  return (last / P) * d.nb + (std::min((last + 1) * d.nb, ncols) - 1) % d.nb + 1;
+}
+
+// Pivot j of an IPIV array laid out like A's columns: a 1 x N matrix with A's column tile, on
+// A's grid, leading dimension 1.
+int* PivotAt(const Desc& a, int* const* ipiv, int64_t j) {
+  const int64_t P = static_cast<int64_t>(a.ids.size()), t = j / a.nb;
+  return ipiv[t % P] + (t / P) * a.nb + j % a.nb;
+}
+
+bool Overlap(const void* x, size_t x_bytes, const void* y, size_t y_bytes) {
+  const auto a = reinterpret_cast<uintptr_t>(x), b = reinterpret_cast<uintptr_t>(y);
+  return x_bytes > 0 && y_bytes > 0 && a < b + y_bytes && b < a + x_bytes;
+}
+
+// IPIV: entry p int32 device memory on A's grid device ids[p], 4-byte aligned, holding one
+// pivot per local column of A that p owns, and not overlapping A's (or B's) local columns.
+void CheckPivots(Checker& c, const Desc* a_desc, void* const* a, int* const* ipiv,
+                 const Desc* b_desc = nullptr, void* const* b = nullptr, int64_t nrhs = 0) {
+  if (ipiv == nullptr) return c.Fail("null pointer array for IPIV");
+  if (a_desc == nullptr) return;  // A's own checks failed: its layout is unknown
+  const Desc& d = *a_desc;
+  for (size_t p = 0; p < d.ids.size(); ++p) {
+    const std::string who = S("IPIV[", p, "]=", static_cast<void*>(ipiv[p]));
+    const size_t need = static_cast<size_t>(LocalColumns(d, d.cols, p)) * sizeof(int);
+    if (DeviceOf(ipiv[p]) != d.ids[p]) {
+      c.Fail(S(who, " is not device memory on A's grid device ", d.ids[p], " (it is on ",
+               DeviceOf(ipiv[p]), ", -1 = host)"));
+    } else if (reinterpret_cast<uintptr_t>(ipiv[p]) % alignof(int) != 0) {
+      c.Fail(S(who, " is not aligned for int32"));
+    } else if (need > 0 && !InOne(ipiv[p], need)) {
+      c.Fail(S(who, " needs ", need, " bytes (", need / sizeof(int),
+               " local pivots) inside its allocation"));
+    } else {
+      const size_t a_bytes = static_cast<size_t>(LocalColumns(d, d.cols, p) * d.rows) *
+                             ElementSize(d.type);
+      if (Overlap(ipiv[p], need, a[p], a_bytes)) c.Fail(S(who, " overlaps A[", p, "]"));
+      for (size_t q = 0; b_desc != nullptr && q < b_desc->ids.size(); ++q) {
+        const size_t b_bytes = static_cast<size_t>(LocalColumns(*b_desc, nrhs, q) *
+                                                   b_desc->rows) * ElementSize(b_desc->type);
+        if (Overlap(ipiv[p], need, b[q], b_bytes)) c.Fail(S(who, " overlaps B[", q, "]"));
+      }
+    }
+  }
+}
+
+// getrf: square A only (M == N), as jaxmg uses it.
+const Desc* CheckGetrf(Checker& c, void* h, int m, int n, void** a, int ia, int ja, void* desc,
+                       int** ipiv, int type) {
+  if (m != n) c.Fail(S("M=", m, ", N=", n, " (the emulator supports square A only)"));
+  const Desc* d = CheckSquareA(c, h, n, a, ia, ja, desc, type);
+  CheckPivots(c, d, a, ipiv);
+  return c.ok() ? d : nullptr;
+}
+
+// getrs: A and IPIV from getrf; B (N x NRHS) laid out by descB, as for potrs.
+const Desc* CheckGetrs(Checker& c, void* h, int trans, int n, int nrhs, void** a, int ia, int ja,
+                       void* desc_a, int** ipiv, void** b, int ib, int jb, void* desc_b,
+                       int type, const Desc** db) {
+  const Desc* d = CheckSquareA(c, h, n, a, ia, ja, desc_a, type);
+  if (trans < 0 || trans > 2) c.Fail(S("TRANS ", trans, " (need CUBLAS_OP_N, _T or _C)"));
+  if (ib != 1 || jb != 1) c.Fail(S("IB=", ib, ", JB=", jb, " (must be 1)"));
+  const Desc* bd = descs->count(desc_b) != 0 ? static_cast<Desc*>(desc_b) : nullptr;
+  if (bd != nullptr && (bd->rows != n || bd->cols < nrhs || nrhs < 0))
+    c.Fail(S("descB is ", bd->rows, " x ", bd->cols, " for N=", n, ", NRHS=", nrhs));
+  *db = CheckMatrix(c, "B", h, desc_b, b, std::max(nrhs, 0), type);
+  CheckPivots(c, c.ok() ? d : nullptr, a, ipiv, *db, b, std::max(nrhs, 0));
+  return c.ok() ? d : nullptr;
+}
+
+// The pivots getrf wrote (0-based), or a violation when one is not a row index k..N-1, as
+// getrf's pivot k always is: IPIV not written by getrf (cudaMalloc'd memory is 0xA5...).
+std::vector<int64_t> ReadPivots(Checker& c, const Desc& a, int** ipiv) {
+  std::vector<int64_t> piv(a.cols);
+  std::string bad;
+  int nbad = 0;
+  for (int64_t k = 0; k < a.cols; ++k) {
+    int v = 0;
+    std::memcpy(&v, PivotAt(a, ipiv, k), sizeof(v));
+    piv[k] = int64_t{v} - 1;
+    if (piv[k] < k || piv[k] >= a.cols) {
+      if (nbad++ < 4) bad += S(bad.empty() ? "" : ", ", "IPIV(", k + 1, ")=", v);
+    }
+  }
+  if (nbad > 0)
+    c.Fail(S(nbad, " pivots are not getrf's (", bad, nbad > 4 ? ", ..." : "",
+             "; pivot k must be in k..N, 1-based)"));
+  return piv;
 }
 
 // Shared by every compute call after its own checks: info on the host; lwork at least the
@@ -438,6 +541,8 @@ int64_t PotriLwork(const Desc& a) {
 }
 int64_t PotrsLwork(int n, int nrhs) { return int64_t{n} * nrhs + 64; }
 int64_t SyevdLwork(int n) { return int64_t{n} * n + 64; }
+int64_t GetrfLwork(const Desc& a) { return a.rows * a.nb + 2 * a.nb + 64; }
+int64_t GetrsLwork(int n, int nrhs) { return int64_t{n} * nrhs + n + 64; }
 
 // ---------------------------------------------------------------------------------------------
 // Dense kernels on n x n matrices.
@@ -487,6 +592,61 @@ Mat CholeskyInverse(const Mat& l, int64_t n) {
     for (int64_t i = j; i < n; ++i)
       for (int64_t k = i; k < n; ++k) out[i + j * n] += std::conj(li[k + i * n]) * li[k + j * n];
   return out;
+}
+
+// In-place LU with partial pivoting, unblocked right-looking (LAPACK's getf2): the pivot of
+// column k is its first entry of largest |re| + |im| on or below the diagonal (LAPACK's
+// i?amax), whole rows are swapped, L unit lower below the diagonal, U on and above. Returns
+// LAPACK's info: 0, or k when U(k, k) is exactly zero (the factorization still completes).
+int Lu(Mat& m, int64_t n, std::vector<int64_t>* piv) {
+  const auto abs1 = [](cplx z) { return std::abs(z.real()) + std::abs(z.imag()); };
+  int info = 0;
+  piv->assign(n, 0);
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t p = k;
+    for (int64_t i = k + 1; i < n; ++i)
+      if (abs1(m[i + k * n]) > abs1(m[p + k * n])) p = i;
+    (*piv)[k] = p;
+    if (p != k)
+      for (int64_t j = 0; j < n; ++j) std::swap(m[k + j * n], m[p + j * n]);
+    const cplx pivot = m[k + k * n];
+    if (pivot == 0.0) {  // the whole column below is zero too: nothing to eliminate
+      if (info == 0) info = static_cast<int>(k + 1);
+      continue;
+    }
+    for (int64_t i = k + 1; i < n; ++i) m[i + k * n] /= pivot;
+    for (int64_t j = k + 1; j < n; ++j) {
+      const cplx u = m[k + j * n];
+      for (int64_t i = k + 1; i < n; ++i) m[i + j * n] -= m[i + k * n] * u;
+    }
+  }
+  return info;
+}
+
+// Solves op(A) X = B in place with A = P L U from Lu; trans 0: A, 1: A^T, 2: A^H.
+void LuSolve(const Mat& lu, int64_t n, const std::vector<int64_t>& piv, int trans, Mat& b,
+             int64_t nrhs) {
+  const auto op = [trans](cplx z) { return trans == 2 ? std::conj(z) : z; };
+  for (int64_t r = 0; r < nrhs; ++r) {
+    cplx* x = &b[r * n];
+    if (trans == 0) {  // L U x = P^T b
+      for (int64_t k = 0; k < n; ++k) std::swap(x[k], x[piv[k]]);
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t k = 0; k < i; ++k) x[i] -= lu[i + k * n] * x[k];
+      for (int64_t i = n - 1; i >= 0; --i) {
+        for (int64_t k = i + 1; k < n; ++k) x[i] -= lu[i + k * n] * x[k];
+        x[i] /= lu[i + i * n];
+      }
+    } else {  // op(U) op(L) P^T x = b
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t k = 0; k < i; ++k) x[i] -= op(lu[k + i * n]) * x[k];
+        x[i] /= op(lu[i + i * n]);
+      }
+      for (int64_t i = n - 1; i >= 0; --i)
+        for (int64_t k = i + 1; k < n; ++k) x[i] -= op(lu[k + i * n]) * x[k];
+      for (int64_t k = n - 1; k >= 0; --k) std::swap(x[k], x[piv[k]]);
+    }
+  }
 }
 
 // Cyclic Jacobi for a Hermitian matrix. Each rotation is V = diag(1, conj(u)) G on rows and
@@ -969,6 +1129,73 @@ int cusolverMgPotrs(void* h, int uplo, int n, int nrhs, void** a, int ia, int ja
   return kSuccess;
 }
 
+// getrf: A = P L U with partial pivoting, L (unit diagonal) and U over A; IPIV[p] receives the
+// 1-based global pivot row of each of p's local columns. info = k > 0 when U(k, k) is exactly
+// zero. Square A only (M == N).
+int cusolverMgGetrf_bufferSize(void* h, int m, int n, void** a, int ia, int ja, void* desc,
+                               int** ipiv, int type, int64_t* lwork) {
+  std::lock_guard<std::mutex> lock(mu);
+  Checker c{"cusolverMgGetrf_bufferSize", {}};
+  const Desc* d = CheckGetrf(c, h, m, n, a, ia, ja, desc, ipiv, type);
+  CheckHost(c, "lwork", lwork);
+  if (!c.ok()) return c.Report(kMgInvalidValue);
+  *lwork = GetrfLwork(*d);
+  return kSuccess;
+}
+
+int cusolverMgGetrf(void* h, int m, int n, void** a, int ia, int ja, void* desc, int** ipiv,
+                    int type, void** work, int64_t lwork, int* info) {
+  std::lock_guard<std::mutex> lock(mu);
+  Checker c{"cusolverMgGetrf", {}};
+  const Desc* d = CheckGetrf(c, h, m, n, a, ia, ja, desc, ipiv, type);
+  const int64_t need = d == nullptr ? 0 : GetrfLwork(*d);
+  if (const int status = Run(c, d, nullptr, work, lwork, need, info); status != kSuccess)
+    return status;
+  Mat lu = Gather(*d, a, n, Part::kFull);
+  std::vector<int64_t> piv;
+  *info = Lu(lu, n, &piv);
+  Scatter(*d, a, n, lu, false);
+  for (int64_t k = 0; k < n; ++k) {
+    const int v = static_cast<int>(piv[k] + 1);
+    std::memcpy(PivotAt(*d, ipiv, k), &v, sizeof(v));
+  }
+  return kSuccess;
+}
+
+// getrs: A and IPIV from getrf; solves op(A) X = B for B's first NRHS columns (B laid out by
+// descB), op by TRANS: CUBLAS_OP_N (0) A, _T (1) A^T, _C (2) A^H.
+int cusolverMgGetrs_bufferSize(void* h, int trans, int n, int nrhs, void** a, int ia, int ja,
+                               void* desc_a, int** ipiv, void** b, int ib, int jb, void* desc_b,
+                               int type, int64_t* lwork) {
+  std::lock_guard<std::mutex> lock(mu);
+  Checker c{"cusolverMgGetrs_bufferSize", {}};
+  const Desc* db = nullptr;
+  CheckGetrs(c, h, trans, n, nrhs, a, ia, ja, desc_a, ipiv, b, ib, jb, desc_b, type, &db);
+  CheckHost(c, "lwork", lwork);
+  if (!c.ok()) return c.Report(kMgInvalidValue);
+  *lwork = GetrsLwork(n, nrhs);
+  return kSuccess;
+}
+
+int cusolverMgGetrs(void* h, int trans, int n, int nrhs, void** a, int ia, int ja, void* desc_a,
+                    int** ipiv, void** b, int ib, int jb, void* desc_b, int type, void** work,
+                    int64_t lwork, int* info) {
+  std::lock_guard<std::mutex> lock(mu);
+  Checker c{"cusolverMgGetrs", {}};
+  const Desc* db = nullptr;
+  const Desc* d =
+      CheckGetrs(c, h, trans, n, nrhs, a, ia, ja, desc_a, ipiv, b, ib, jb, desc_b, type, &db);
+  std::vector<int64_t> piv;
+  if (d != nullptr) piv = ReadPivots(c, *d, ipiv);
+  if (!c.ok()) d = nullptr;
+  if (const int status = Run(c, d, db, work, lwork, GetrsLwork(n, nrhs), info); status != kSuccess)
+    return status;
+  Mat x = Gather(*db, b, nrhs, Part::kFull);
+  LuSolve(Gather(*d, a, n, Part::kFull), n, piv, trans, x, nrhs);
+  Scatter(*db, b, nrhs, x, false);
+  return kSuccess;
+}
+
 // syevd: eigenvalues ascending into the host array W; jobz VECTOR writes the eigenvectors as
 // the full matrix A, NOVECTOR overwrites A's lower triangle with 7777 (LAPACK destroys it).
 int cusolverMgSyevd_bufferSize(void* h, int jobz, int uplo, int n, void** a, int ia, int ja,
@@ -1037,7 +1264,7 @@ long fakecuda_library_busy() {  // NOLINT(runtime/int): devices not synchronised
   return static_cast<long>(library_busy->size());  // NOLINT(runtime/int)
 }
 
-long fakecuda_solver_calls() {  // NOLINT(runtime/int): potrf/potrs/potri/syevd computed
+long fakecuda_solver_calls() {  // NOLINT(runtime/int): potrf/potrs/potri/syevd/getrf/getrs
   std::lock_guard<std::mutex> lock(mu);
   return solver_calls;
 }

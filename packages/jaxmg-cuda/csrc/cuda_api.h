@@ -128,21 +128,7 @@ enum CUpointer_attribute {
      cudaLibMgMatrixDesc_t, void*, cudaDataType, cudaDataType, int64_t*))                      \
   X(cusolverStatus_t, cusolverMgSyevd,                                                         \
     (cusolverMgHandle_t, cusolverEigMode_t, cublasFillMode_t, int, void*[], int, int,          \
-     cudaLibMgMatrixDesc_t, void*, cudaDataType, cudaDataType, void*[], int64_t, int*))        \
-  X(cusolverStatus_t, cusolverMgGetrf_bufferSize,                                              \
-    (cusolverMgHandle_t, int, int, void*[], int, int, cudaLibMgMatrixDesc_t, int*[],           \
-     cudaDataType, int64_t*))                                                                  \
-  X(cusolverStatus_t, cusolverMgGetrf,                                                         \
-    (cusolverMgHandle_t, int, int, void*[], int, int, cudaLibMgMatrixDesc_t, int*[],           \
-     cudaDataType, void*[], int64_t, int*))                                                    \
-  X(cusolverStatus_t, cusolverMgGetrs_bufferSize,                                              \
-    (cusolverMgHandle_t, cublasOperation_t, int, int, void*[], int, int,                       \
-     cudaLibMgMatrixDesc_t, int*[], void*[], int, int, cudaLibMgMatrixDesc_t, cudaDataType,    \
-     int64_t*))                                                                                \
-  X(cusolverStatus_t, cusolverMgGetrs,                                                         \
-    (cusolverMgHandle_t, cublasOperation_t, int, int, void*[], int, int,                       \
-     cudaLibMgMatrixDesc_t, int*[], void*[], int, int, cudaLibMgMatrixDesc_t, cudaDataType,    \
-     void*[], int64_t, int*))
+     cudaLibMgMatrixDesc_t, void*, cudaDataType, cudaDataType, void*[], int64_t, int*))
 
 // The function table filled by dlsym. The driver's members are nullptr when it is not found.
 struct Api {

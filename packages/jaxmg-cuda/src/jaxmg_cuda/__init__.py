@@ -1,6 +1,7 @@
 """jaxmg-cuda: the native XLA FFI targets of jaxmg.
 
-``jaxmg_potrs``, ``jaxmg_potri`` and ``jaxmg_syevd`` are registered at import for the CPU
+``jaxmg_potrs``, ``jaxmg_potri``, ``jaxmg_syevd``, ``jaxmg_potrf``, ``jaxmg_potrs_factored``,
+``jaxmg_potri_factored``, ``jaxmg_getrf`` and ``jaxmg_getrs`` are registered at import for the CPU
 (the LAPACK twin) and, when built with CUDA support, for CUDA (cuSolverMg, loaded at first
 GPU use). The wrappers below are meant to be called on local shards inside ``jax.shard_map``;
 the operand contract is in this package's README.
@@ -13,10 +14,25 @@ from ._ops import (
     load_cuda_libraries as load_cuda_libraries,
 )
 from ._ops import (
+    mg_getrf as mg_getrf,
+)
+from ._ops import (
+    mg_getrs as mg_getrs,
+)
+from ._ops import (
+    mg_potrf as mg_potrf,
+)
+from ._ops import (
     mg_potri as mg_potri,
 )
 from ._ops import (
+    mg_potri_factored as mg_potri_factored,
+)
+from ._ops import (
     mg_potrs as mg_potrs,
+)
+from ._ops import (
+    mg_potrs_factored as mg_potrs_factored,
 )
 from ._ops import (
     mg_syevd as mg_syevd,

@@ -166,3 +166,79 @@ def mg_syevd(a, position, *, T_A, device_ids, vectors=True, job=0, pids=None, mo
         vectors=bool(vectors),
         **_attrs(T_A, device_ids, job, pids, moves),
     )
+
+
+def mg_potrf(a, position, *, T_A, device_ids, job=0, pids=None, moves=None):
+    """Cholesky factor alone; returns ``(factor, status)``: the lower triangle ``L`` of
+    ``A = L L^H`` in the block-cyclic layout (upper triangle unspecified; with ``moves``, only
+    ``to_cyclic`` is used: the factor stays cyclic), NaN where ``status != 0``. Arguments as
+    for :func:`mg_potrs`."""
+    call = jax.ffi.ffi_call(
+        "jaxmg_potrf", (_like(a), _status()), input_output_aliases={0: 0}, vmap_method="sequential"
+    )
+    return call(a, jnp.asarray(position, jnp.int32), **_attrs(T_A, device_ids, job, pids, moves))
+
+
+def mg_potrs_factored(factor, b, position, *, T_A, device_ids, job=0, pids=None):
+    """Solve with a factor of :func:`mg_potrf` (read only, block-cyclic); returns
+    ``(x, status)``, ``x`` ``[nrhs, N]`` the same on every device."""
+    call = jax.ffi.ffi_call(
+        "jaxmg_potrs_factored",
+        (_like(b), _status()),
+        input_output_aliases={1: 0},
+        vmap_method="sequential",
+    )
+    return call(
+        factor, b, jnp.asarray(position, jnp.int32), **_attrs(T_A, device_ids, job, pids, None)
+    )
+
+
+def mg_potri_factored(factor, position, *, T_A, device_ids, job=0, pids=None, moves=None):
+    """Inverse from a factor of :func:`mg_potrf`; returns ``(a_inv, status)``: the lower
+    triangle of the inverse, block-cyclic (with ``moves``, ``from_cyclic`` brings it back to the
+    caller's layout; ``to_cyclic`` must be empty: the factor is cyclic already)."""
+    call = jax.ffi.ffi_call(
+        "jaxmg_potri_factored",
+        (_like(factor), _status()),
+        input_output_aliases={0: 0},
+        vmap_method="sequential",
+    )
+    return call(
+        factor, jnp.asarray(position, jnp.int32), **_attrs(T_A, device_ids, job, pids, moves)
+    )
+
+
+def mg_getrf(a, position, *, T_A, device_ids, job=0, pids=None, moves=None):
+    """LU factor with partial pivoting; returns ``(lu, pivots, status)``: ``L`` (unit lower) and
+    ``U`` in the block-cyclic layout, ``pivots`` int32 ``[L]`` of this device's local columns
+    (1-based global rows, LAPACK's ipiv), ``status`` ``k > 0`` when ``U[k-1, k-1]`` is exactly
+    zero (``lu`` is then NaN). Arguments as for :func:`mg_potrf`."""
+    call = jax.ffi.ffi_call(
+        "jaxmg_getrf",
+        (_like(a), jax.ShapeDtypeStruct((a.shape[0],), jnp.int32), _status()),
+        input_output_aliases={0: 0},
+        vmap_method="sequential",
+    )
+    return call(a, jnp.asarray(position, jnp.int32), **_attrs(T_A, device_ids, job, pids, moves))
+
+
+def mg_getrs(lu, pivots, b, position, *, T_A, device_ids, trans="N", job=0, pids=None):
+    """Solve ``op(A) x = b`` with a factor of :func:`mg_getrf` (read only): ``op`` is the
+    identity (``trans="N"``), the transpose (``"T"``) or the conjugate transpose (``"C"``).
+    Returns ``(x, status)``, ``x`` ``[nrhs, N]`` the same on every device."""
+    if trans not in ("N", "T", "C"):
+        raise ValueError(f"trans must be 'N', 'T' or 'C', got {trans!r}")
+    call = jax.ffi.ffi_call(
+        "jaxmg_getrs",
+        (_like(b), _status()),
+        input_output_aliases={2: 0},
+        vmap_method="sequential",
+    )
+    return call(
+        lu,
+        jnp.asarray(pivots, jnp.int32),
+        b,
+        jnp.asarray(position, jnp.int32),
+        trans=np.int64(ord(trans)),
+        **_attrs(T_A, device_ids, job, pids, None),
+    )

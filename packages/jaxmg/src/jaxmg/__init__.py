@@ -29,6 +29,24 @@ from jaxmg_layout import (
     undo_cyclic_1d_layout as undo_cyclic_1d_layout,
 )
 
+from ._factors import (
+    CholeskyFactor as CholeskyFactor,
+)
+from ._factors import (
+    LUFactor as LUFactor,
+)
+from ._factors import (
+    cho_factor as cho_factor,
+)
+from ._factors import (
+    cho_solve as cho_solve,
+)
+from ._factors import (
+    lu_factor as lu_factor,
+)
+from ._factors import (
+    lu_solve as lu_solve,
+)
 from ._multinode import (
     gather_to_hosts as gather_to_hosts,
 )

@@ -20,7 +20,7 @@ SYEVD_MAX_TILE = 1024
 
 #: The automatic tile on GPUs (``T_A=None``): the widest tile each routine gets, and the
 #: narrowest that cuSolverMg recommends ("256 or above"). See :func:`auto_tile`.
-GPU_TILE_CAP = {"potrs": 4096, "potri": 4096, "syevd": SYEVD_MAX_TILE}
+GPU_TILE_CAP = {"potrs": 4096, "potri": 4096, "getrf": 4096, "syevd": SYEVD_MAX_TILE}
 GPU_TILE_MIN = 256
 
 

@@ -29,7 +29,7 @@ from jax.sharding import PartitionSpec as P
 
 import jaxmg_layout
 
-from . import _checks, _geometry
+from . import _checks, _factors, _geometry
 from ._native import backend_for
 
 # --- local (per-device) building blocks, used inside shard_map ------------------------------
@@ -179,12 +179,13 @@ def _relayout(a, T_A, geometry):
     return jaxmg_layout.cyclic_1d_no_shardmap(a, T_A, geometry.axis, axis=geometry.sharded_dim)
 
 
-def _potrs_local(a, b, *, T_A, n, cyclic, relayout, geometry, fn):
-    """Solve on local blocks. ``a``: local block of A; ``b``: replicated ``[N, nrhs]``."""
+def _potrs_local(a, b, *, T_A, n, cyclic, relayout, geometry, fn, with_factor=False):
+    """Solve on local blocks. ``a``: local block of A; ``b``: replicated ``[N, nrhs]``.
+    Returns ``(x, status)``, or ``(x, factor rows, status)`` ``with_factor``."""
     native = backend_for(geometry.platform, fn)
     route = _Route(T_A, n, geometry, cyclic, relayout)
     conj = jnp.conj if geometry.form == "rows" else (lambda v: v)
-    _, x_rows, status = native.mg_potrs(
+    factor, x_rows, status = native.mg_potrs(
         route.to_native(a),
         conj(b.T),
         jax.lax.axis_index(geometry.axis),
@@ -193,6 +194,8 @@ def _potrs_local(a, b, *, T_A, n, cyclic, relayout, geometry, fn):
         moves=route.native_moves,
         **geometry.native_job,
     )
+    if with_factor:
+        return conj(x_rows.T), factor, status
     return conj(x_rows.T), status
 
 
@@ -276,16 +279,25 @@ def _explicit(mesh, spec) -> bool:
 _STATIC = ("T_A", "n", "cyclic", "relayout", "geometry", "fn")
 
 
-@functools.partial(jax.jit, static_argnames=_STATIC)
-def _potrs_program(a, b, *, T_A, n, cyclic, relayout, geometry, fn):
+@functools.partial(jax.jit, static_argnames=(*_STATIC, "with_factor"))
+def _potrs_program(a, b, *, T_A, n, cyclic, relayout, geometry, fn, with_factor=False):
+    """``(x, status)``; ``with_factor``: ``(x, factor rows, status)`` (jaxmg._factors)."""
     body = functools.partial(
-        _potrs_local, T_A=T_A, n=n, cyclic=cyclic, relayout=relayout, geometry=geometry, fn=fn
+        _potrs_local,
+        T_A=T_A,
+        n=n,
+        cyclic=cyclic,
+        relayout=relayout,
+        geometry=geometry,
+        fn=fn,
+        with_factor=with_factor,
     )
+    out_specs = (P(), P(geometry.axis, None), P()) if with_factor else (P(), P())
     return jax.shard_map(
         body,
         mesh=geometry.mesh,
         in_specs=(geometry.spec, P()),
-        out_specs=(P(), P()),
+        out_specs=out_specs,
         check_vma=False,
     )(_placed(a, geometry.mesh, geometry.spec), _placed(b, geometry.mesh, P()))
 
@@ -381,6 +393,7 @@ def potrs(
     in_specs=None,
     *positional,
     return_status=False,
+    return_logdet=False,
     cyclic_1d=False,
     pad=True,
     relayout="native",
@@ -405,6 +418,8 @@ def potrs(
         solve whatever it says). Given, it decides: ``A`` is resharded to it from wherever it
         is (replicated, another axis, another form). Default: ``A``'s own sharding.
       return_status: also return the status (keyword-only, like everything after ``in_specs``).
+      return_logdet: also return ``log det A`` (real), from the same Cholesky factor (jaxmg
+        1.4.1's spelling); NaN when the factorisation fails.
       cyclic_1d: ``A`` is already in the layout of ``cyclic_1d_layout(A, T_A)``. Data that is
         not gives NaN and a nonzero status.
       pad: jaxmg 0.0.x's flag. ``True`` (default): any ``T_A``. ``False``: refuse a ``T_A``
@@ -416,10 +431,15 @@ def potrs(
         temporaries of 1-3 shards per device.
 
     Returns:
-      ``x`` with ``b``'s shape, replicated over the mesh; with ``return_status``, ``(x, status)``
-      where ``status`` is an int32 scalar: 0 on success, ``k > 0`` if the leading minor of
-      order ``k`` is not positive definite (then ``x`` is all NaN; ``N + 1`` on GPU when
-      cuSolverMg does not say which). An illegal argument raises.
+      ``x`` with ``b``'s shape, replicated over the mesh; with ``return_logdet``,
+      ``(x, logdet)``; with ``return_status`` the status comes last: an int32 scalar, 0 on
+      success, ``k > 0`` if the leading minor of order ``k`` is not positive definite (then
+      ``x`` and ``logdet`` are NaN; ``N + 1`` on GPU when cuSolverMg does not say which). An
+      illegal argument raises.
+
+    Derivatives (``jax.grad``, ``jvp``, ``vjp``) with respect to ``A`` and ``b``, of ``x`` and
+    ``logdet``: those of ``X -> f((X + X^H) / 2)`` at ``X = A`` (module
+    :mod:`jaxmg._factors`); the backward pass reuses the forward Cholesky factor.
 
     Runs eagerly, under ``jax.jit`` and inside ``shard_map`` programs; under ``jax.vmap`` the
     batch is solved one matrix after another. Never gathers ``A`` on one device.
@@ -434,9 +454,12 @@ def potrs(
         _geometry.check_spec_axes(spec_b, geometry.mesh, "in_specs[1] (b)")
     A = _placed(A, geometry.mesh, geometry.spec)
     b = _placed(b, geometry.mesh, P())
-    x, status = _potrs_program(A, b.reshape(n, -1), **statics)
-    x = x.reshape(b_shape)
-    return (x, status[0]) if return_status else x
+    call = _factors._Call(**statics)
+    x, logdet, status = _factors.potrs_and_logdet(call, bool(return_logdet), A, b.reshape(n, -1))
+    out = (x.reshape(b_shape),)
+    out += (logdet,) if return_logdet else ()
+    out += (status,) if return_status else ()
+    return out if len(out) > 1 else out[0]
 
 
 def potri(
@@ -475,8 +498,9 @@ def potri(
     (spec_a,) = _checks.in_specs(in_specs, fn, ("A",))
     statics, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "potri")
     geometry = statics["geometry"]
-    inv, status = _potri_program(_placed(A, geometry.mesh, geometry.spec), **statics)
-    return (inv, status[0]) if return_status else inv
+    call = _factors._Call(**statics)
+    inv, status = _factors.potri_differentiable(call, _placed(A, geometry.mesh, geometry.spec))
+    return (inv, status) if return_status else inv
 
 
 def syevd(
@@ -519,12 +543,14 @@ def syevd(
     (spec_a,) = _checks.in_specs(in_specs, fn, ("A",))
     statics, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "syevd")
     geometry = statics["geometry"]
-    out = _syevd_program(
-        _placed(A, geometry.mesh, geometry.spec), vectors=bool(return_eigenvectors), **statics
+    call = _factors._Call(**statics)
+    vectors = bool(return_eigenvectors)
+    w, v, status = _factors.syevd_differentiable(
+        call, vectors, _placed(A, geometry.mesh, geometry.spec)
     )
-    if return_status:
-        return (*out[:-1], out[-1][0])
-    return out[:-1] if return_eigenvectors else out[0]
+    out = (w, v) if vectors else (w,)
+    out += (status,) if return_status else ()
+    return out if len(out) > 1 else out[0]
 
 
 def potri_symmetrize(A):

@@ -1,0 +1,656 @@
+"""Factor objects (Cholesky, LU), the solves that reuse them, and every derivative.
+
+Programs. Each native routine runs in one ``jax.shard_map`` program, as in :mod:`jaxmg._solvers`:
+``potrf`` (the Cholesky factor alone), ``potrs_factored``/``potri_factored`` (a solve or the
+inverse from that factor), ``getrf``/``getrs`` (LU with partial pivoting and its solves). A
+factor stays where the native call left it: every device keeps its ``[W, N]`` rows, the
+column-major storage of its block-cyclic tiles (``W``: the local width, plus the in-place
+relayout's room when it ran), as one ``[ndev * W, N]`` array sharded ``P(ax, None)``.
+
+Derivatives (``jax.custom_jvp``, so ``jvp``, ``grad``, ``vjp`` and their compositions all work).
+A solve ``x = A^-1 b`` is a ``lax.custom_linear_solve`` whose ``solve`` and ``transpose_solve``
+are native solves with the forward factor, and whose ``matvec`` is ``A @ v`` on the sharded
+``A``: the derivative costs one more solve with the same factor and a matrix-vector product,
+never a second factorisation, and never gathers ``A``. For Hermitian routines ``matvec`` is the
+Hermitian part ``(A + A^H) v / 2`` (without transposing ``A``): derivatives are those of
+``X -> f((X + X^H) / 2)`` at ``X = A``, so a function of ``(S + S^H) / 2`` gets the right
+gradient, and the gradient with respect to ``A`` is Hermitian. The log-determinant's derivative
+``tr(A^-1 dA)`` takes the inverse from the same factor (``potri_factored``); ``potri`` and
+``syevd`` differentiate through their own results (``dY = -Y dA Y``; the eigenvector rule of
+``jnp.linalg.eigh``, for distinct eigenvalues). A failed factorisation gives NaN values and NaN
+derivatives, never an exception.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import jaxmg_layout
+
+from . import _checks, _geometry, _solvers  # noqa: F401 (_geometry: annotations)
+from ._native import backend_for
+
+# --- the static description of one call ------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Call:
+    """What every program of one matrix takes statically (``_solvers._statics``)."""
+
+    T_A: int
+    n: int
+    cyclic: bool
+    relayout: str
+    geometry: _geometry.Geometry
+    fn: str
+
+    @property
+    def kw(self) -> dict:
+        """The keyword arguments of :mod:`jaxmg._solvers`' programs."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def route(self) -> _solvers._Route:
+        return _solvers._Route(self.T_A, self.n, self.geometry, self.cyclic, self.relayout)
+
+    def native(self):
+        return backend_for(self.geometry.platform, self.fn)
+
+    def position(self):
+        return jax.lax.axis_index(self.geometry.axis)
+
+    def native_kw(self, route) -> dict:
+        return dict(
+            T_A=route.plan.tile, device_ids=self.geometry.device_ids, **self.geometry.native_job
+        )
+
+    def conj(self, v):
+        """The solver sees ``conj(A)`` (``A^T`` for LU) when ``A`` is sharded by rows."""
+        return jnp.conj(v) if self.geometry.form == "rows" else v
+
+    def shard_map(self, body, in_specs, out_specs):
+        return jax.shard_map(
+            body,
+            mesh=self.geometry.mesh,
+            in_specs=in_specs,
+            out_specs=out_specs,
+            check_vma=False,
+        )
+
+
+def _rows_spec(call: _Call) -> P:
+    return P(call.geometry.axis, None)
+
+
+def _status(status):
+    return status[0]
+
+
+# --- programs ---------------------------------------------------------------------------------
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _potrf_program(call: _Call, a):
+    """``A`` -> ``(factor, status)``: the Cholesky factor rows ``[ndev * W, N]``."""
+
+    def body(a):
+        route = call.route()
+        f, status = call.native().mg_potrf(
+            route.to_native(a), call.position(), moves=route.native_moves, **call.native_kw(route)
+        )
+        return f, status
+
+    a = _solvers._placed(a, call.geometry.mesh, call.geometry.spec)
+    return call.shard_map(body, (call.geometry.spec,), (_rows_spec(call), P()))(a)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _cho_solve_program(call: _Call, f, b):
+    """``x`` (``[N, k]``, replicated) from the factor rows and ``b`` (``[N, k]``)."""
+
+    def body(f, b):
+        route = call.route()
+        x, _ = call.native().mg_potrs_factored(
+            f, call.conj(b.T), call.position(), **call.native_kw(route)
+        )
+        return call.conj(x.T)
+
+    b = _solvers._placed(b, call.geometry.mesh, P())
+    return call.shard_map(body, (_rows_spec(call), P()), P())(f, b)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _cho_inverse_program(call: _Call, f):
+    """The full Hermitian ``A^-1`` from the factor rows, sharded (and laid out) like ``A``."""
+
+    def body(f):
+        route = call.route()
+        moves = None if route.moves is None else (np.zeros((0, 4), np.int64), route.moves.from_cyclic)
+        inv_rows, _ = call.native().mg_potri_factored(
+            f, call.position(), moves=moves, **call.native_kw(route)
+        )
+        fill = functools.partial(_solvers._hermitian_from_triangle, axis_name=call.geometry.axis)
+        inv = route.from_native(inv_rows, then=fill)
+        return _solvers._relayout(inv, call.T_A, call.geometry) if call.cyclic else inv
+
+    return call.shard_map(body, (_rows_spec(call),), call.geometry.spec)(f)
+
+
+def _diagonal_local(call: _Call, f):
+    """This device's entries of the factor's diagonal (``[W]``, zero where padding)."""
+    plan = jaxmg_layout.CyclicPlan.make(call.n, call.geometry.ndev, call.T_A)
+    columns = plan.column_map()  # [ndev, L]: the global column of each local column, -1: pad
+    width = f.shape[0]
+    table = np.full((call.geometry.ndev, width), -1, np.int64)
+    table[:, : columns.shape[1]] = columns
+    mine = jnp.asarray(table)[call.position()]
+    values = jnp.take_along_axis(f, jnp.maximum(mine, 0)[:, None], axis=1)[:, 0]
+    return mine >= 0, values
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _cho_logdet_program(call: _Call, f):
+    """``log det A = 2 sum log L_jj`` from the factor rows (real; NaN for a failed factor)."""
+
+    def body(f):
+        real, values = _diagonal_local(call, f)
+        logs = jnp.where(real, jnp.log(jnp.real(values)), 0)
+        return 2 * jax.lax.psum(jnp.sum(logs), call.geometry.axis)
+
+    return call.shard_map(body, (_rows_spec(call),), P())(f)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _getrf_program(call: _Call, a):
+    """``A`` -> ``(lu, pivots, status)``: rows ``[ndev * W, N]``, pivots ``[ndev * W]``."""
+
+    def body(a):
+        route = call.route()
+        return call.native().mg_getrf(
+            route.to_native(a), call.position(), moves=route.native_moves, **call.native_kw(route)
+        )
+
+    spec = call.geometry.spec
+    a = _solvers._placed(a, call.geometry.mesh, spec)
+    return call.shard_map(body, (spec,), (_rows_spec(call), P(call.geometry.axis), P()))(a)
+
+
+# How to solve op(A) x = b with the factor of the matrix the solver saw: A (column sharding) or
+# A^T (row sharding): (the solver's trans, whether to conjugate b and x).
+_LU_TRANS = {
+    ("cols", "N"): ("N", False),
+    ("cols", "T"): ("T", False),
+    ("cols", "C"): ("C", False),
+    ("rows", "N"): ("T", False),
+    ("rows", "T"): ("N", False),
+    ("rows", "C"): ("N", True),
+}
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _lu_solve_program(call: _Call, trans: str, lu, pivots, b):
+    """``op(A)^-1 b`` (``[N, k]``, replicated) from the factor of :func:`_getrf_program`."""
+    solver_trans, conjugate = _LU_TRANS[(call.geometry.form, trans)]
+    flip = jnp.conj if conjugate else (lambda v: v)
+
+    def body(lu, pivots, b):
+        route = call.route()
+        x, _ = call.native().mg_getrs(
+            lu, pivots, flip(b.T), call.position(), trans=solver_trans, **call.native_kw(route)
+        )
+        return flip(x.T)
+
+    b = _solvers._placed(b, call.geometry.mesh, P())
+    ax = call.geometry.axis
+    return call.shard_map(body, (_rows_spec(call), P(ax), P()), P())(lu, pivots, b)
+
+
+# --- derivatives: the pieces --------------------------------------------------------------
+
+
+def _float0(x):
+    return np.zeros(np.shape(x), dtype=jax.dtypes.float0)
+
+
+class _Algebra:
+    """Matrix products and transposes of ``A``-shaped arrays, in ``A``'s sharding.
+
+    On a mesh with Explicit axes every product names its output sharding and a transpose is
+    resharded back to ``A``'s (JAX refuses to guess); on Auto axes XLA chooses.
+    """
+
+    def __init__(self, call: _Call):
+        g = call.geometry
+        self.explicit = _solvers._explicit(g.mesh, g.spec)
+        self.matrix = NamedSharding(g.mesh, g.spec)
+        self.replicated = NamedSharding(g.mesh, P())
+
+    def matmul(self, x, y, sharding):
+        if self.explicit:
+            return jnp.matmul(x, y, out_sharding=sharding)
+        return x @ y
+
+    def transpose(self, d, conjugate=True):
+        """``d^H`` (``d^T`` without ``conjugate``) of an ``A``-shaped ``d``, sharded like ``A``."""
+        t = (jnp.conj(d) if conjugate else d).T
+        return jax.sharding.reshard(t, self.matrix) if self.explicit else t
+
+    def replicate(self, x):
+        return jax.sharding.reshard(x, self.replicated) if self.explicit else x
+
+    def hermitian_part(self, d):
+        return 0.5 * (d + self.transpose(d))
+
+    def products(self, *factors):
+        """``f1 @ f2 @ ...`` of ``A``-shaped matrices, sharded like ``A``."""
+        out = factors[0]
+        for f in factors[1:]:
+            out = self.matmul(out, f, self.matrix)
+        return out
+
+    # matvecs: ``A``-shaped ``a``, replicated ``v`` (``[N, k]``), replicated results
+    def general(self, a, v):
+        return self.matmul(a, v, self.replicated)
+
+    def adjoint(self, a, v):
+        """``A^H v`` without transposing ``A``: ``conj(v^H A)^T``."""
+        return jnp.conj(self.matmul(jnp.conj(v).T, a, self.replicated)).T
+
+    def transposed(self, a, v):
+        """``A^T v`` without transposing ``A``: ``(v^T A)^T``."""
+        return self.matmul(v.T, a, self.replicated).T
+
+    def hermitian(self, a, v):
+        """``(A + A^H) v / 2``."""
+        return 0.5 * (self.general(a, v) + self.adjoint(a, v))
+
+
+def _linear_solve(matvec, a, b, solve, transpose_solve):
+    """``x`` with ``matvec(a, x) = b``, differentiable in ``a`` (through ``matvec``) and ``b``."""
+    return jax.lax.custom_linear_solve(
+        lambda v: matvec(a, v),
+        b,
+        solve=lambda _, r: solve(r),
+        transpose_solve=lambda _, r: transpose_solve(r),
+    )
+
+
+def _cholesky_solves(call: _Call, f):
+    """``(solve, transpose_solve)`` with a Cholesky factor: ``A^T = conj(A)``."""
+
+    def solve(r):
+        return _cho_solve_program(call, f, r)
+
+    return solve, lambda r: jnp.conj(solve(jnp.conj(r)))
+
+
+def _cholesky_x(call: _Call, f, a, b):
+    solve, transpose_solve = _cholesky_solves(call, f)
+    return _linear_solve(_Algebra(call).hermitian, a, b, solve, transpose_solve)
+
+
+# --- differentiable functions of the global arrays ---------------------------------------------
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def potrs_and_logdet(call: _Call, logdet: bool, a, b):
+    """``(x, logdet or None, status)``; one native call (factor and solve)."""
+    if not logdet:
+        x, status = _solvers._potrs_program(a, b, **call.kw)
+        return x, None, _status(status)
+    x, f, status = _solvers._potrs_program(a, b, with_factor=True, **call.kw)
+    return x, _cho_logdet_program(call, f), _status(status)
+
+
+@potrs_and_logdet.defjvp
+def _potrs_and_logdet_jvp(call, logdet, primals, tangents):
+    a, b = primals
+    da, db = tangents
+    f, status = _potrf_program(call, a)
+    x, dx = jax.jvp(functools.partial(_cholesky_x, call, f), (a, b), (da, db))
+    status = _status(status)
+    if not logdet:
+        return (x, None, status), (dx, None, _float0(status))
+    value, dvalue = _logdet_jvp(call, f, a, da)
+    return (x, value, status), (dx, dvalue, _float0(status))
+
+
+def _logdet_jvp(call: _Call, f, a, da):
+    """``log det A`` and its derivative ``Re tr(A^-1 dA) = Re sum(conj(A^-1) * dA)``."""
+    value = _cho_logdet_program(call, f)
+    inverse = _cho_inverse_program(call, f)
+    return value, jnp.real(jnp.sum(jnp.conj(inverse) * da)).astype(value.dtype)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def cho_solve_with(call: _Call, f, a, b):
+    """``A^-1 b`` with ``A``'s factor ``f`` (``a`` is there for the derivative only)."""
+    return _cho_solve_program(call, f, b)
+
+
+@cho_solve_with.defjvp
+def _cho_solve_with_jvp(call, primals, tangents):
+    f, a, b = primals
+    _, da, db = tangents
+    return jax.jvp(functools.partial(_cholesky_x, call, f), (a, b), (da, db))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def cho_logdet_with(call: _Call, f, a):
+    """``log det A`` from its factor ``f`` (``a`` is there for the derivative only)."""
+    return _cho_logdet_program(call, f)
+
+
+@cho_logdet_with.defjvp
+def _cho_logdet_with_jvp(call, primals, tangents):
+    f, a = primals
+    _, da = tangents
+    return _logdet_jvp(call, f, a, da)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def lu_solve_with(call: _Call, trans: str, lu, pivots, a, b):
+    """``op(A)^-1 b`` with ``A``'s LU factor (``a`` is there for the derivative only)."""
+    return _lu_solve_program(call, trans, lu, pivots, b)
+
+
+@lu_solve_with.defjvp
+def _lu_solve_with_jvp(call, trans, primals, tangents):
+    lu, pivots, a, b = primals
+    da, db = tangents[2], tangents[3]
+    transposed = {"N": "T", "T": "N", "C": "N"}[trans]
+
+    def solve(r):
+        return _lu_solve_program(call, trans, lu, pivots, r)
+
+    def transpose_solve(r):  # op(A)^T x = r
+        if trans == "C":  # (A^H)^T = conj(A): x = conj(A^-1 conj(r))
+            return jnp.conj(_lu_solve_program(call, "N", lu, pivots, jnp.conj(r)))
+        return _lu_solve_program(call, transposed, lu, pivots, r)
+
+    algebra = _Algebra(call)
+    matvec = {"N": algebra.general, "T": algebra.transposed, "C": algebra.adjoint}[trans]
+
+    def x_of(a, b):
+        return _linear_solve(matvec, a, b, solve, transpose_solve)
+
+    return jax.jvp(x_of, (a, b), (da, db))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def potri_differentiable(call: _Call, a):
+    """``(A^-1, status)``."""
+    inverse, status = _solvers._potri_program(a, **call.kw)
+    return inverse, _status(status)
+
+
+@potri_differentiable.defjvp
+def _potri_jvp(call, primals, tangents):
+    (a,), (da,) = primals, tangents
+    inverse, status = potri_differentiable(call, a)
+    algebra = _Algebra(call)
+    z = algebra.products(inverse, da, inverse)
+    return (inverse, status), (-algebra.hermitian_part(z), _float0(status))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def syevd_differentiable(call: _Call, vectors: bool, a):
+    """``(w, V or None, status)``."""
+    out = _solvers._syevd_program(a, vectors=vectors, **call.kw)
+    if vectors:
+        w, v, status = out
+        return w, v, _status(status)
+    w, status = out
+    return w, None, _status(status)
+
+
+@syevd_differentiable.defjvp
+def _syevd_jvp(call, vectors, primals, tangents):
+    (a,), (da,) = primals, tangents
+    w, v, status = syevd_differentiable(call, True, a)
+    algebra = _Algebra(call)
+    dav = algebra.products(algebra.hermitian_part(da), v)  # dA_h V
+    # diag(V^H dA_h V), without a gather from the sharded product.
+    dw = algebra.replicate(jnp.real(jnp.sum(jnp.conj(v) * dav, axis=0)).astype(w.dtype))
+    if not vectors:
+        return (w, None, status), (dw, None, _float0(status))
+    gaps = w[None, :] - w[:, None]
+    eye = jnp.eye(w.shape[0], dtype=bool)
+    inverse_gaps = jnp.where(eye, 0, 1 / jnp.where(eye, 1, gaps))
+    s = algebra.products(algebra.transpose(v), dav)  # V^H dA_h V
+    dv = algebra.products(v, inverse_gaps.astype(s.dtype) * s)
+    return (w, v, status), (dw, dv, _float0(status))
+
+
+# --- factor objects -------------------------------------------------------------------------
+
+
+@jax.tree_util.register_pytree_node_class
+class CholeskyFactor:
+    """The Cholesky factor of a Hermitian positive definite ``A``, for :func:`jaxmg.cho_solve`.
+
+    Made by :func:`jaxmg.cho_factor`. A registered pytree: it goes in and out of ``jax.jit``,
+    ``jax.lax.scan`` and the like, and stays sharded over the devices of ``A``.
+
+    Holds:
+      factor: ``L`` with ``A = L L^H`` (of ``conj(A)`` when ``A`` is sharded by rows), in the
+        layout cuSolverMg wants: every device keeps its block-cyclic tiles as ``[W, N]`` rows
+        (column-major ``N x W``, ``W`` the local width plus the in-place relayout's room), one
+        ``[ndev * W, N]`` array sharded ``P(ax, None)``: one more copy of ``A``'s size.
+      matrix: ``A`` itself, as given (a reference, not a copy): derivatives with respect to
+        ``A`` flow through it, the factor being the forward pass's.
+      status: int32 scalar, 0 on success, ``k > 0`` if the leading minor of order ``k`` is not
+        positive definite (the factor is then NaN, and so is everything made from it).
+    """
+
+    def __init__(self, factor, matrix, status, call: _Call):
+        self.factor, self.matrix, self.status, self._call = factor, matrix, status, call
+
+    def tree_flatten(self):
+        return (self.factor, self.matrix, self.status), self._call
+
+    @classmethod
+    def tree_unflatten(cls, call, children):
+        return cls(*children, call)
+
+    @property
+    def logdet(self):
+        """``log det A`` (real; NaN when the factorisation failed), differentiable in ``A``."""
+        return cho_logdet_with(self._call, self.factor, self.matrix)
+
+    @property
+    def shape(self):
+        return (self._call.n, self._call.n)
+
+    def __repr__(self):
+        g = self._call.geometry
+        return (
+            f"CholeskyFactor(N={self._call.n}, T_A={self._call.T_A}, axis={g.axis!r}, "
+            f"form={g.form!r}, ndev={g.ndev})"
+        )
+
+
+@jax.tree_util.register_pytree_node_class
+class LUFactor:
+    """The LU factorisation with partial pivoting ``P A = L U`` of a square ``A``, for
+    :func:`jaxmg.lu_solve`.
+
+    Made by :func:`jaxmg.lu_factor`; a registered pytree like :class:`CholeskyFactor`.
+
+    Holds:
+      factor: ``L`` (unit lower) and ``U`` (of ``A^T`` when ``A`` is sharded by rows), laid
+        out as :attr:`CholeskyFactor.factor`: ``[ndev * W, N]`` sharded ``P(ax, None)``.
+      pivots: int32 ``[ndev * W]`` sharded ``P(ax)``: each device's entries belong to its
+        local block-cyclic columns (LAPACK's 1-based ``ipiv``, as cuSolverMg distributes it).
+      matrix: ``A`` itself (a reference): derivatives with respect to ``A`` flow through it.
+      status: int32 scalar, 0 on success, ``k > 0`` if ``U[k-1, k-1]`` is exactly zero (the
+        factor is then NaN, and so is every solve with it).
+    """
+
+    def __init__(self, factor, pivots, matrix, status, call: _Call):
+        self.factor, self.pivots, self.matrix, self.status = factor, pivots, matrix, status
+        self._call = call
+
+    def tree_flatten(self):
+        return (self.factor, self.pivots, self.matrix, self.status), self._call
+
+    @classmethod
+    def tree_unflatten(cls, call, children):
+        return cls(*children, call)
+
+    @property
+    def shape(self):
+        return (self._call.n, self._call.n)
+
+    def __repr__(self):
+        g = self._call.geometry
+        return (
+            f"LUFactor(N={self._call.n}, T_A={self._call.T_A}, axis={g.axis!r}, "
+            f"form={g.form!r}, ndev={g.ndev})"
+        )
+
+
+# --- public functions -------------------------------------------------------------------------
+
+
+def _call(statics: dict) -> _Call:
+    return _Call(**statics)
+
+
+def cho_factor(
+    A, T_A=None, mesh=None, in_specs=None, *positional, cyclic_1d=False, pad=True, relayout="native"
+):
+    """Cholesky-factor a Hermitian positive definite ``A`` sharded over devices, for reuse.
+
+    Args:
+      A, T_A, mesh, in_specs, cyclic_1d, pad, relayout: as for :func:`jaxmg.potrs`
+        (``in_specs`` is ``spec_A`` or ``(spec_A,)``). Only one triangle is read: the lower one
+        for column sharding, the upper one for row sharding.
+
+    Returns:
+      A :class:`CholeskyFactor`: pass it to :func:`jaxmg.cho_solve` any number of times; its
+      ``logdet`` and ``status`` are there too. Runs eagerly and under ``jax.jit``; derivatives
+      with respect to ``A`` flow through every solve and ``logdet`` made from it.
+    """
+    fn = "jaxmg.cho_factor"
+    _checks.keyword_only(fn, positional, "cyclic_1d, pad or relayout, e.g. relayout='jax'")
+    (spec_a,) = _checks.in_specs(in_specs, fn, ("A",))
+    statics, _ = _solvers._prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "potrs")
+    call = _call(statics)
+    A = _solvers._placed(A, call.geometry.mesh, call.geometry.spec)
+    f, status = _potrf_program(call, jax.lax.stop_gradient(A))
+    return CholeskyFactor(f, A, _status(status), call)
+
+
+def _solve_shape(factor, b, fn):
+    call = factor._call
+    return _checks.rhs_shape(b, call.n, factor.matrix.dtype, fn)
+
+
+def cho_solve(factor, b, *positional, return_status=False):
+    """Solve ``A x = b`` with a :class:`CholeskyFactor` of ``A`` (no refactorisation).
+
+    Args:
+      factor: from :func:`jaxmg.cho_factor`.
+      b: ``[N]`` or ``[N, nrhs]``, ``A``'s dtype, any sharding (replicated for the solve).
+      return_status: also return the factor's status.
+
+    Returns:
+      ``x`` with ``b``'s shape, replicated (NaN if the factorisation failed); with
+      ``return_status``, ``(x, status)``. Differentiable in ``b`` and, through the factor, in
+      ``A``: the derivative costs one more solve with the same factor.
+    """
+    fn = "jaxmg.cho_solve"
+    _checks.keyword_only(fn, positional, "return_status, e.g. return_status=True")
+    if not isinstance(factor, CholeskyFactor):
+        raise TypeError(
+            f"{fn}: factor must be the CholeskyFactor of jaxmg.cho_factor(A), got "
+            f"{type(factor).__name__}."
+        )
+    shape = _solve_shape(factor, b, fn)
+    call = factor._call
+    x = cho_solve_with(call, factor.factor, factor.matrix, b.reshape(call.n, -1)).reshape(shape)
+    return (x, factor.status) if return_status else x
+
+
+def lu_factor(
+    A, T_A=None, mesh=None, in_specs=None, *positional, cyclic_1d=False, pad=True, relayout="native"
+):
+    """LU-factor (partial pivoting) a general square ``A`` sharded over devices, for reuse.
+
+    Args:
+      A: ``[N, N]`` float32, float64, complex64 or complex128, sharded over one mesh axis by
+        columns ``P(None, ax)`` or by rows ``P(ax, None)``; the whole matrix is read.
+      T_A, mesh, in_specs, cyclic_1d, pad, relayout: as for :func:`jaxmg.potrs`.
+
+    Returns:
+      An :class:`LUFactor` for :func:`jaxmg.lu_solve`.
+    """
+    fn = "jaxmg.lu_factor"
+    _checks.keyword_only(fn, positional, "cyclic_1d, pad or relayout, e.g. relayout='jax'")
+    (spec_a,) = _checks.in_specs(in_specs, fn, ("A",))
+    statics, _ = _solvers._prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "getrf")
+    call = _call(statics)
+    A = _solvers._placed(A, call.geometry.mesh, call.geometry.spec)
+    lu, pivots, status = _getrf_program(call, jax.lax.stop_gradient(A))
+    return LUFactor(lu, pivots, A, _status(status), call)
+
+
+_TRANS = {0: "N", 1: "T", 2: "C", "N": "N", "T": "T", "C": "C"}
+
+
+def lu_solve(
+    A,
+    b,
+    T_A=None,
+    mesh=None,
+    in_specs=None,
+    *positional,
+    trans=0,
+    return_status=False,
+    cyclic_1d=False,
+    pad=True,
+    relayout="native",
+):
+    """Solve ``A x = b`` for a general square ``A`` sharded over devices (LU, partial pivoting).
+
+    ``A`` is either the matrix (factored by this call, as jaxmg 1.4.1's ``lu_solve``) or an
+    :class:`LUFactor` of :func:`jaxmg.lu_factor` (no refactorisation; ``T_A``, ``mesh``,
+    ``in_specs``, ``cyclic_1d``, ``pad`` and ``relayout`` then come from the factor).
+
+    Args:
+      A: ``[N, N]`` as for :func:`jaxmg.lu_factor`, or an :class:`LUFactor`.
+      b: ``[N]`` or ``[N, nrhs]``, ``A``'s dtype, any sharding (replicated for the solve).
+      trans: ``0``/``"N"``: solve ``A x = b``; ``1``/``"T"``: ``A^T x = b``; ``2``/``"C"``:
+        ``A^H x = b`` (scipy's ``lu_solve`` convention).
+      return_status: also return the status: 0, or ``k > 0`` when ``U[k-1, k-1]`` is exactly
+        zero (``x`` is then NaN).
+      T_A, mesh, in_specs, cyclic_1d, pad, relayout: as for :func:`jaxmg.potrs`.
+
+    Returns:
+      ``x`` with ``b``'s shape, replicated; with ``return_status``, ``(x, status)``.
+      Differentiable in ``A`` and ``b``; the derivative reuses the factor.
+    """
+    fn = "jaxmg.lu_solve"
+    _checks.keyword_only(fn, positional, "trans or return_status, e.g. return_status=True")
+    if trans not in _TRANS:
+        raise ValueError(f"{fn}: trans must be 0, 1, 2, 'N', 'T' or 'C', got {trans!r}.")
+    if isinstance(A, LUFactor):
+        factor = A
+    else:
+        spec_a = _checks.in_specs(in_specs, fn, ("A", "b"))[0]
+        factor = lu_factor(
+            A, T_A, mesh, spec_a, cyclic_1d=cyclic_1d, pad=pad, relayout=relayout
+        )
+    shape = _solve_shape(factor, b, fn)
+    call = factor._call
+    x = lu_solve_with(
+        call, _TRANS[trans], factor.factor, factor.pivots, factor.matrix, b.reshape(call.n, -1)
+    ).reshape(shape)
+    return (x, factor.status) if return_status else x

@@ -131,7 +131,7 @@ def _cho_inverse_program(call: _Call, f):
 
     def body(f):
         route = call.route()
-        moves = None if route.moves is None else (np.zeros((0, 4), np.int64), route.moves.from_cyclic)
+        moves = None if route.moves is None else (_NO_MOVES, route.moves.from_cyclic)
         inv_rows, _ = call.native().mg_potri_factored(
             f, call.position(), moves=moves, **call.native_kw(route)
         )
@@ -140,6 +140,9 @@ def _cho_inverse_program(call: _Call, f):
         return _solvers._relayout(inv, call.T_A, call.geometry) if call.cyclic else inv
 
     return call.shard_map(body, (_rows_spec(call),), call.geometry.spec)(f)
+
+
+_NO_MOVES = np.zeros((0, 4), np.int64)
 
 
 def _diagonal_local(call: _Call, f):
@@ -312,7 +315,9 @@ def potrs_and_logdet(call: _Call, logdet: bool, a, b):
 def _potrs_and_logdet_jvp(call, logdet, primals, tangents):
     a, b = primals
     da, db = tangents
-    f, status = _potrf_program(call, a)
+    # The factor is a constant of the rule (its derivatives flow through `a`), so the rule
+    # itself is differentiable: derivatives of any order.
+    f, status = _potrf_program(call, jax.lax.stop_gradient(a))
     x, dx = jax.jvp(functools.partial(_cholesky_x, call, f), (a, b), (da, db))
     status = _status(status)
     if not logdet:
@@ -323,9 +328,24 @@ def _potrs_and_logdet_jvp(call, logdet, primals, tangents):
 
 def _logdet_jvp(call: _Call, f, a, da):
     """``log det A`` and its derivative ``Re tr(A^-1 dA) = Re sum(conj(A^-1) * dA)``."""
-    value = _cho_logdet_program(call, f)
-    inverse = _cho_inverse_program(call, f)
+    value = cho_logdet_with(call, f, a)
+    inverse = cho_inverse_with(call, f, a)
     return value, jnp.real(jnp.sum(jnp.conj(inverse) * da)).astype(value.dtype)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def cho_inverse_with(call: _Call, f, a):
+    """``A^-1`` from its factor ``f`` (``a`` is there for the derivative only)."""
+    return _cho_inverse_program(call, f)
+
+
+@cho_inverse_with.defjvp
+def _cho_inverse_with_jvp(call, primals, tangents):
+    f, a = primals
+    _, da = tangents
+    inverse = cho_inverse_with(call, f, a)
+    algebra = _Algebra(call)
+    return inverse, -algebra.hermitian_part(algebra.products(inverse, da, inverse))
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
@@ -351,7 +371,9 @@ def cho_logdet_with(call: _Call, f, a):
 def _cho_logdet_with_jvp(call, primals, tangents):
     f, a = primals
     _, da = tangents
-    return _logdet_jvp(call, f, a, da)
+    value = _cho_logdet_program(call, f)
+    inverse = cho_inverse_with(call, f, a)
+    return value, jnp.real(jnp.sum(jnp.conj(inverse) * da)).astype(value.dtype)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
@@ -645,9 +667,7 @@ def lu_solve(
         factor = A
     else:
         spec_a = _checks.in_specs(in_specs, fn, ("A", "b"))[0]
-        factor = lu_factor(
-            A, T_A, mesh, spec_a, cyclic_1d=cyclic_1d, pad=pad, relayout=relayout
-        )
+        factor = lu_factor(A, T_A, mesh, spec_a, cyclic_1d=cyclic_1d, pad=pad, relayout=relayout)
     shape = _solve_shape(factor, b, fn)
     call = factor._call
     x = lu_solve_with(

@@ -8,8 +8,8 @@ Strict JAX settings, as in JAX's own suite: x64 on, strict dtype promotion, rank
 raising. They are set in ``pytest_configure`` (never at import) and only for the test process.
 
 Not every test runs in every device count's process: single-precision cases of a dtype grid
-(``dtype_sweep``) and tests independent of the device count (``once_per_suite``) run with 4
-devices only, the run that ``nox -s compat`` repeats on the newest jax.
+(``dtype_sweep``), the rest of a grid whose core runs everywhere (``grid_sweep``) and tests
+independent of the device count (``once_per_suite``) run with 4 devices only, the run that ``nox -s compat`` repeats on the newest jax.
 """
 
 import os
@@ -48,6 +48,11 @@ def pytest_configure(config):
     jax.config.update("jax_numpy_dtype_promotion", "strict")
     jax.config.update("jax_numpy_rank_promotion", "raise")
     config.addinivalue_line("markers", "gpu: needs at least one NVIDIA GPU")
+    config.addinivalue_line(
+        "markers",
+        "grid_sweep: a case of a grid that runs whole with --num-cpu-devices=4 (the other "
+        "counts run the cases the marker leaves out)",
+    )
     config.addinivalue_line(
         "markers",
         "dtype_sweep: a single-precision case of a dtype grid; runs only with "
@@ -100,6 +105,8 @@ def pytest_runtest_setup(item):
             "float32 and complex64 run with --num-cpu-devices=4; other counts run the "
             "float64 and complex128 cases (the same code for the same element sizes)"
         )
+    if item.get_closest_marker("grid_sweep") and _device_count(item.config) != 4:
+        pytest.skip("a case of a grid that runs whole with --num-cpu-devices=4")
 
 
 def _device_count(config) -> int:

@@ -16,11 +16,18 @@ from jax.test_util import check_grads
 
 import jaxmg
 
-DTYPES = [np.float64, np.complex128]
+# The whole grid runs with 4 devices; the other device counts run float64 through the in-place
+# relayout (the other dtype and relayouts are the same derivative code, and
+# tests/api/test_solvers.py sweeps the solvers themselves on every count).
+SWEPT = pytest.mark.grid_sweep
+DTYPES = [np.float64, pytest.param(np.complex128, marks=SWEPT)]
 FORMS = {"cols": P(None, "x"), "rows": P("x", None)}
 # (relayout, T_A) with 4 columns per device: no relayout, and a tile that splits the shards.
-ROUTES = [("native", None), ("native", 3), ("jax", 3)]
-ROUTE_IDS = ["whole-shards", "native-T3", "jax-T3"]
+ROUTES = [
+    pytest.param("native", None, id="whole-shards", marks=SWEPT),
+    pytest.param("native", 3, id="native-T3"),
+    pytest.param("jax", 3, id="jax-T3", marks=SWEPT),
+]
 
 
 def random(n, dtype, seed, cols=None):
@@ -69,7 +76,7 @@ def close(got, want, dtype, scale=1.0):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize(("relayout", "T_A"), ROUTES, ids=ROUTE_IDS)
+@pytest.mark.parametrize(("relayout", "T_A"), ROUTES)
 def test_potrs_and_logdet(mesh, dtype, form, relayout, T_A):
     n = size()
     a0, b0 = hpd(n, dtype), random(n, dtype, 1, cols=2)
@@ -120,7 +127,7 @@ def test_potrs_second_order(mesh, dtype, form):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize(("relayout", "T_A"), ROUTES, ids=ROUTE_IDS)
+@pytest.mark.parametrize(("relayout", "T_A"), ROUTES)
 def test_cho_factor_and_solve(mesh, dtype, form, relayout, T_A):
     n = size()
     a0 = hpd(n, dtype)

@@ -327,10 +327,20 @@ def _potrs_and_logdet_jvp(call, logdet, primals, tangents):
 
 
 def _logdet_jvp(call: _Call, f, a, da):
-    """``log det A`` and its derivative ``Re tr(A^-1 dA) = Re sum(conj(A^-1) * dA)``."""
-    value = cho_logdet_with(call, f, a)
+    """``log det A`` and its derivative."""
+    return cho_logdet_with(call, f, a), _logdet_tangent(call, f, a, da)
+
+
+def _logdet_tangent(call: _Call, f, a, da):
+    """``Re tr(A^-1 dA) = Re sum(conj(A^-1) * dA)`` (``A^-1`` Hermitian), ``A^-1`` from ``f``."""
     inverse = cho_inverse_with(call, f, a)
-    return value, jnp.real(jnp.sum(jnp.conj(inverse) * da)).astype(value.dtype)
+    return jnp.real(jnp.sum(jnp.conj(inverse) * da))
+
+
+def _inverse_tangent(call: _Call, inverse, da):
+    """``dY = -Y dA_h Y`` for ``Y = A^-1``."""
+    algebra = _Algebra(call)
+    return -algebra.hermitian_part(algebra.products(inverse, da, inverse))
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
@@ -344,8 +354,7 @@ def _cho_inverse_with_jvp(call, primals, tangents):
     f, a = primals
     _, da = tangents
     inverse = cho_inverse_with(call, f, a)
-    algebra = _Algebra(call)
-    return inverse, -algebra.hermitian_part(algebra.products(inverse, da, inverse))
+    return inverse, _inverse_tangent(call, inverse, da)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
@@ -371,9 +380,7 @@ def cho_logdet_with(call: _Call, f, a):
 def _cho_logdet_with_jvp(call, primals, tangents):
     f, a = primals
     _, da = tangents
-    value = _cho_logdet_program(call, f)
-    inverse = cho_inverse_with(call, f, a)
-    return value, jnp.real(jnp.sum(jnp.conj(inverse) * da)).astype(value.dtype)
+    return _cho_logdet_program(call, f), _logdet_tangent(call, f, a, da)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
@@ -416,9 +423,7 @@ def potri_differentiable(call: _Call, a):
 def _potri_jvp(call, primals, tangents):
     (a,), (da,) = primals, tangents
     inverse, status = potri_differentiable(call, a)
-    algebra = _Algebra(call)
-    z = algebra.products(inverse, da, inverse)
-    return (inverse, status), (-algebra.hermitian_part(z), _float0(status))
+    return (inverse, status), (_inverse_tangent(call, inverse, da), _float0(status))
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))

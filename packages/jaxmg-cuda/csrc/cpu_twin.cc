@@ -43,8 +43,9 @@ bool MoveAcross(bool write, int64_t pid, unsigned char* local, uint64_t remote, 
   while (done < bytes) {
     iovec mine{local + done, bytes - done};
     iovec theirs{reinterpret_cast<void*>(remote + done), bytes - done};
-    const ssize_t moved = write ? process_vm_writev(static_cast<pid_t>(pid), &mine, 1, &theirs, 1, 0)
-                                : process_vm_readv(static_cast<pid_t>(pid), &mine, 1, &theirs, 1, 0);
+    const ssize_t moved = write
+                              ? process_vm_writev(static_cast<pid_t>(pid), &mine, 1, &theirs, 1, 0)
+                              : process_vm_readv(static_cast<pid_t>(pid), &mine, 1, &theirs, 1, 0);
     if (moved <= 0) return false;
     done += static_cast<size_t>(moved);
   }

@@ -1,5 +1,7 @@
 // Loading the CUDA runtime and cuSolverMg with dlopen at first GPU use (cuda_api.h), and
 // what their status codes mean.
+#include "cuda_api.h"
+
 #include <dlfcn.h>
 
 #include <memory>
@@ -8,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "cuda_api.h"
 #include "cuda_internal.h"
 #include "cuda_targets.h"
 
@@ -77,11 +78,12 @@ bool OpenPair(void** rt, void** mg, std::string* error) {
   }
   std::string dirs;
   for (const std::string& dir : *library_dirs) dirs += " " + dir;
-  *error = "jaxmg: could not load the CUDA runtime and cuSolverMg (CUDA 13: libcudart.so.13 + "
-           "libcusolverMg.so.12; CUDA 12: libcudart.so.12 + libcusolverMg.so.11). Looked in" +
-           dirs + " and on the loader's path:" + tried +
-           "\nInstall NVIDIA's wheels (e.g. pip install nvidia-cusolver-cu12 "
-           "nvidia-cuda-runtime-cu12, or the CUDA 13 set) or add the folder to LD_LIBRARY_PATH.";
+  *error =
+      "jaxmg: could not load the CUDA runtime and cuSolverMg (CUDA 13: libcudart.so.13 + "
+      "libcusolverMg.so.12; CUDA 12: libcudart.so.12 + libcusolverMg.so.11). Looked in" +
+      dirs + " and on the loader's path:" + tried +
+      "\nInstall NVIDIA's wheels (e.g. pip install nvidia-cusolver-cu12 "
+      "nvidia-cuda-runtime-cu12, or the CUDA 13 set) or add the folder to LD_LIBRARY_PATH.";
   return false;
 }
 

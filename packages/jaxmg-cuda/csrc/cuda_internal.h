@@ -28,15 +28,15 @@ std::string VendorMessage(const Api* api, Library lib, int status);
 // Every vendor call goes through this macro: a failure returns an Outcome naming the file,
 // line, the call's text and the vendor's message (the protocol turns it into ffi::Error on
 // every participant).
-#define JAXMG_VENDOR_STATUS(lib, api, status, text)                                   \
-  do {                                                                                \
-    const int jaxmg_status_ = (status);                                               \
-    if (jaxmg_status_ != 0) {                                                         \
-      std::ostringstream jaxmg_m_;                                                    \
-      jaxmg_m_ << __FILE__ << ":" << __LINE__ << ": " << text << " failed: "          \
-               << VendorMessage((api), Library::lib, jaxmg_status_);                  \
-      return Outcome::Fail(jaxmg_m_.str());                                           \
-    }                                                                                 \
+#define JAXMG_VENDOR_STATUS(lib, api, status, text)                                 \
+  do {                                                                              \
+    const int jaxmg_status_ = (status);                                             \
+    if (jaxmg_status_ != 0) {                                                       \
+      std::ostringstream jaxmg_m_;                                                  \
+      jaxmg_m_ << __FILE__ << ":" << __LINE__ << ": " << text                       \
+               << " failed: " << VendorMessage((api), Library::lib, jaxmg_status_); \
+      return Outcome::Fail(jaxmg_m_.str());                                         \
+    }                                                                               \
   } while (0)
 #define JAXMG_VENDOR(lib, api, expr) JAXMG_VENDOR_STATUS(lib, api, (api)->expr, #expr)
 #define JAXMG_CUDART(api, expr) JAXMG_VENDOR(kCudart, api, expr)
@@ -60,8 +60,8 @@ using ScratchFn = std::function<std::optional<void*>(size_t bytes)>;
 
 // One participant's own GPU: everything runs on its XLA stream (cuda_targets.cc). With
 // `api == nullptr` every use fails with `load_error`.
-std::unique_ptr<Device> MakeCudaDevice(const Api* api, std::string load_error,
-                                       cudaStream_t stream, int32_t ordinal, ScratchFn scratch);
+std::unique_ptr<Device> MakeCudaDevice(const Api* api, std::string load_error, cudaStream_t stream,
+                                       int32_t ordinal, ScratchFn scratch);
 
 // The leader's cuSolverMg calls for all devices (cusolvermg.cc).
 std::unique_ptr<Backend> MakeCudaBackend(const Api* api);

@@ -24,15 +24,18 @@ class CudaDevice final : public Device {
  public:
   CudaDevice(const Api* api, std::string load_error, cudaStream_t stream, int32_t ordinal,
              ScratchFn scratch)
-      : api_(api), load_error_(std::move(load_error)), stream_(stream), ordinal_(ordinal),
+      : api_(api),
+        load_error_(std::move(load_error)),
+        stream_(stream),
+        ordinal_(ordinal),
         scratch_(std::move(scratch)) {}
 
   int ordinal() const override { return ordinal_; }
   Outcome ReadPosition(const int32_t* src, int32_t* out) override {
     if (api_ == nullptr) return Outcome::Fail(load_error_);
     JAXMG_CUDART(api_, cudaSetDevice(ordinal_));
-    JAXMG_CUDART(api_, cudaMemcpyAsync(out, src, sizeof(int32_t), cuda::cudaMemcpyDeviceToHost,
-                                       stream_));
+    JAXMG_CUDART(api_,
+                 cudaMemcpyAsync(out, src, sizeof(int32_t), cuda::cudaMemcpyDeviceToHost, stream_));
     JAXMG_CUDART(api_, cudaStreamSynchronize(stream_));
     return {};
   }
@@ -73,15 +76,16 @@ class CudaDevice final : public Device {
     int capable = 0;
     cuda::CUdeviceptr base = 0;
     size_t range = 0;
-    JAXMG_VENDOR_STATUS(kDriver, api_,
-                        api_->cuPointerGetAttribute(
-                            &capable, cuda::CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
-                            address),
-                        "cuPointerGetAttribute(IS_LEGACY_CUDA_IPC_CAPABLE)");
+    JAXMG_VENDOR_STATUS(
+        kDriver, api_,
+        api_->cuPointerGetAttribute(&capable, cuda::CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+                                    address),
+        "cuPointerGetAttribute(IS_LEGACY_CUDA_IPC_CAPABLE)");
     if (capable == 0)
-      return Outcome::Fail("XLA's allocator gave a buffer that CUDA IPC cannot share "
-                           "(not a cudaMalloc-style allocation); the multi-process mode on GPUs "
-                           "needs XLA's default (BFC) allocator");
+      return Outcome::Fail(
+          "XLA's allocator gave a buffer that CUDA IPC cannot share "
+          "(not a cudaMalloc-style allocation); the multi-process mode on GPUs "
+          "needs XLA's default (BFC) allocator");
     JAXMG_VENDOR_STATUS(
         kDriver, api_,
         api_->cuPointerGetAttribute(&base, cuda::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, address),
@@ -91,7 +95,8 @@ class CudaDevice final : public Device {
         api_->cuPointerGetAttribute(&range, cuda::CU_POINTER_ATTRIBUTE_RANGE_SIZE, address),
         "cuPointerGetAttribute(RANGE_SIZE)");
     if (address < base || address - base + bytes > range)
-      return Outcome::Fail("a buffer of " + std::to_string(bytes) + " bytes does not lie in "
+      return Outcome::Fail("a buffer of " + std::to_string(bytes) +
+                           " bytes does not lie in "
                            "one allocation");
     // The GPU that holds the memory, as the driver sees it (not XLA's numbering of devices).
     int holder = ordinal_;
@@ -119,8 +124,8 @@ class CudaDevice final : public Device {
 
 }  // namespace
 
-std::unique_ptr<Device> MakeCudaDevice(const Api* api, std::string load_error,
-                                       cudaStream_t stream, int32_t ordinal, ScratchFn scratch) {
+std::unique_ptr<Device> MakeCudaDevice(const Api* api, std::string load_error, cudaStream_t stream,
+                                       int32_t ordinal, ScratchFn scratch) {
   return std::make_unique<CudaDevice>(api, std::move(load_error), stream, ordinal,
                                       std::move(scratch));
 }
@@ -129,9 +134,9 @@ ffi::Error RunOnCuda(const Operands& o, cudaStream_t stream, int32_t ordinal,
                      ffi::ScratchAllocator& scratch) {
   std::string load_error;
   const Api* api = cuda::Load(&load_error);
-  std::unique_ptr<Device> device = MakeCudaDevice(
-      api, load_error, stream, ordinal,
-      [&scratch](size_t bytes) { return scratch.Allocate(bytes, 256); });
+  std::unique_ptr<Device> device =
+      MakeCudaDevice(api, load_error, stream, ordinal,
+                     [&scratch](size_t bytes) { return scratch.Allocate(bytes, 256); });
   std::unique_ptr<Backend> backend = MakeCudaBackend(api);
   return Participate(o, *device, *backend, kMaxCudaDevices);
 }

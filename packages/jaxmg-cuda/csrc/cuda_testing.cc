@@ -22,14 +22,10 @@
 namespace jaxmg {
 namespace {
 
-// The routine whose name (routines.h, Routine::name, without " (factored)") or target suffix
-// is `op`: "potrs", "potrs_factored", "getrs", ...
+// The routine named `op` (routines.h, Routine::name): "potrs", "potrs_factored", "getrs", ...
 const Routine* RoutineNamed(const std::string& op) {
-  for (Op o : {Op::kPotrs, Op::kPotri, Op::kSyevd, Op::kPotrf, Op::kPotrsFactored,
-               Op::kPotriFactored, Op::kGetrf, Op::kGetrs}) {
-    const Routine& r = RoutineOf(o);
-    if (std::string("jaxmg_") + op == r.target) return &r;
-  }
+  for (const Routine& r : Routines())
+    if (op == r.name) return &r;
   return nullptr;
 }
 
@@ -59,13 +55,13 @@ std::string ProbeRepeatedGpu(int device) {
   void* work[2] = {nullptr, nullptr};
   DeviceGuard guard(api);
   api->cudaSetDevice(device);
-  bool ok = step("cusolverMgCreate", api->cusolverMgCreate(&handle)) &&
-            step("DeviceSelect", api->cusolverMgDeviceSelect(handle, 2, devices)) &&
-            step("CreateDeviceGrid",
-                 api->cusolverMgCreateDeviceGrid(&grid, 1, 2, ids,
-                                                 cuda::CUDALIBMG_GRID_MAPPING_COL_MAJOR)) &&
-            step("CreateMatrixDesc", api->cusolverMgCreateMatrixDesc(
-                                         &desc, kN, kN, kN, kTile, cuda::CUDA_R_64F, grid));
+  bool ok =
+      step("cusolverMgCreate", api->cusolverMgCreate(&handle)) &&
+      step("DeviceSelect", api->cusolverMgDeviceSelect(handle, 2, devices)) &&
+      step("CreateDeviceGrid", api->cusolverMgCreateDeviceGrid(
+                                   &grid, 1, 2, ids, cuda::CUDALIBMG_GRID_MAPPING_COL_MAJOR)) &&
+      step("CreateMatrixDesc",
+           api->cusolverMgCreateMatrixDesc(&desc, kN, kN, kN, kTile, cuda::CUDA_R_64F, grid));
   // Global column j: tile j / 2 on "device" (j / 2) % 2, local column (j / 4) * 2 + j % 2.
   std::vector<double> local[2] = {std::vector<double>(kN * kLocal, 0.0),
                                   std::vector<double>(kN * kLocal, 0.0)};
@@ -79,9 +75,9 @@ std::string ProbeRepeatedGpu(int device) {
   int64_t lwork = 0;
   int info = -1;
   if (ok)
-    ok = step("Potrf_bufferSize", api->cusolverMgPotrf_bufferSize(
-                                      handle, cuda::CUBLAS_FILL_MODE_LOWER, kN, a, 1, 1, desc,
-                                      cuda::CUDA_R_64F, &lwork));
+    ok = step("Potrf_bufferSize",
+              api->cusolverMgPotrf_bufferSize(handle, cuda::CUBLAS_FILL_MODE_LOWER, kN, a, 1, 1,
+                                              desc, cuda::CUDA_R_64F, &lwork));
   for (int d = 0; ok && d < 2; ++d)
     ok = step("cudaMalloc(work)",
               api->cudaMalloc(&work[d], static_cast<size_t>(std::max<int64_t>(lwork, 1)) * 8));
@@ -174,8 +170,8 @@ Outcome Download(const Api* api, const char* src, size_t bytes, std::string* out
 }
 
 // Position i of `c` (mesh position c.positions[i]) on its own thread; fills result slot i.
-void RunPositionOnHost(const Api* api, const HostCall& c, ffi::DataType type, Dtype dtype,
-                       size_t i, HostResult* out) {
+void RunPositionOnHost(const Api* api, const HostCall& c, ffi::DataType type, Dtype dtype, size_t i,
+                       HostResult* out) {
   const int position = c.positions[i];
   const int ordinal = static_cast<int>(c.device_ids[position]);
   const size_t esize = ElementSize(dtype);
@@ -218,14 +214,22 @@ void RunPositionOnHost(const Api* api, const HostCall& c, ffi::DataType type, Dt
   }
 
   int64_t a_dims[2] = {c.local, c.n}, b_dims[2] = {c.nrhs, c.n}, w_dims[1] = {c.n};
-  XLA_FFI_Buffer a_buffer{XLA_FFI_Buffer_STRUCT_SIZE, nullptr,
-                          static_cast<XLA_FFI_DataType>(type), staged.at(a_in), 2, a_dims};
-  XLA_FFI_Buffer b_buffer{XLA_FFI_Buffer_STRUCT_SIZE, nullptr,
-                          static_cast<XLA_FFI_DataType>(type), staged.at(b_in), 2, b_dims};
+  XLA_FFI_Buffer a_buffer{XLA_FFI_Buffer_STRUCT_SIZE,
+                          nullptr,
+                          static_cast<XLA_FFI_DataType>(type),
+                          staged.at(a_in),
+                          2,
+                          a_dims};
+  XLA_FFI_Buffer b_buffer{XLA_FFI_Buffer_STRUCT_SIZE,
+                          nullptr,
+                          static_cast<XLA_FFI_DataType>(type),
+                          staged.at(b_in),
+                          2,
+                          b_dims};
   ffi::AnyBuffer a(&a_buffer), b(&b_buffer);
   Operands o;
   o.routine = &routine;
-  o.target = routine.target;
+  o.target = routine.target.c_str();
   o.a = &a;
   o.a_out = routine.result == Result::kUnchanged ? staged.at(a_in) : staged.at(a_out);
   o.position = reinterpret_cast<const int32_t*>(staged.at(pos_at));
@@ -291,7 +295,8 @@ bool RunCudaOnHost(const HostCall& c, HostResult* out, std::string* error) {
   if (routine == nullptr)
     bad << "op must name a routine (potrs, potri, syevd, potrf, potrs_factored, "
            "potri_factored, getrf, getrs)";
-  else if (type == kTypes.end()) bad << "dtype must be float32, float64, complex64 or complex128";
+  else if (type == kTypes.end())
+    bad << "dtype must be float32, float64, complex64 or complex128";
   else if (c.a.size() != count || (routine->rhs && c.b.size() != count) ||
            (routine->pivots == Pivots::kIn && c.ipiv.size() != count))
     bad << "one a (and b, pivots where the routine takes them) per position run";

@@ -48,8 +48,7 @@ class MgContext {
   MgContext(const MgContext&) = delete;
   MgContext& operator=(const MgContext&) = delete;
 
-  static Outcome Make(const Api* api, std::vector<int> devices,
-                      std::unique_ptr<MgContext>* out) {
+  static Outcome Make(const Api* api, std::vector<int> devices, std::unique_ptr<MgContext>* out) {
     std::unique_ptr<MgContext> ctx(new MgContext(api));
     JAXMG_MG(api, cusolverMgCreate(&ctx->handle_));
     JAXMG_MG(api, cusolverMgDeviceSelect(ctx->handle_, static_cast<int>(devices.size()),
@@ -124,8 +123,7 @@ Outcome EnablePeers(const Api* api, const std::vector<int>& devices) {
         JAXMG_CUDART(api, cudaSetDevice(i));
         const int err = api->cudaDeviceEnablePeerAccess(j, 0);
         api->cudaGetLastError();  // clear a sticky "already enabled" or the failure
-        if (err != cuda::cudaSuccess && err != cuda::cudaErrorPeerAccessAlreadyEnabled &&
-            !told) {
+        if (err != cuda::cudaSuccess && err != cuda::cudaErrorPeerAccessAlreadyEnabled && !told) {
           told = true;
           std::fprintf(stderr,
                        "jaxmg: peer access from GPU %d to GPU %d is unavailable (%s); jaxmg "
@@ -159,8 +157,8 @@ Outcome LibraryOutcome(const Api* api, const char* routine, int status, int* inf
     *info = static_cast<int>(n + 1);
     return {};
   }
-  return Outcome::Fail(std::string(routine) + " failed: " +
-                       VendorMessage(api, Library::kCusolverMg, status));
+  return Outcome::Fail(std::string(routine) +
+                       " failed: " + VendorMessage(api, Library::kCusolverMg, status));
 }
 
 // --- the steps: one cuSolverMg routine each, its workspace query and its call --------------
@@ -190,8 +188,9 @@ cuda::cusolverEigMode_t EigMode(const MgCall& c) {
 }
 
 cuda::cublasOperation_t Trans(const MgCall& c) {
-  return c.trans == 'T' ? cuda::CUBLAS_OP_T : c.trans == 'C' ? cuda::CUBLAS_OP_C
-                                                             : cuda::CUBLAS_OP_N;
+  return c.trans == 'T'   ? cuda::CUBLAS_OP_T
+         : c.trans == 'C' ? cuda::CUBLAS_OP_C
+                          : cuda::CUBLAS_OP_N;
 }
 
 // The same size on every device (WorkspaceBytes); the library counts elements.
@@ -211,7 +210,8 @@ Outcome ForEachRhsChunk(Matrix& m, int* info, Fn&& fn) {
     cuda::cudaLibMgMatrixDesc_t desc_b = nullptr;
     if (Outcome o = m.ctx->Desc(c.n, width, width, m.type, &desc_b); !o.ok) return o;
     std::vector<void*> b;
-    for (void* p : c.b) b.push_back(static_cast<char*>(p) + static_cast<size_t>(c0) * c.lda * esize);
+    for (void* p : c.b)
+      b.push_back(static_cast<char*>(p) + static_cast<size_t>(c0) * c.lda * esize);
     if (Outcome o = fn(b, desc_b, width); !o.ok) return o;
   }
   return {};
@@ -234,9 +234,9 @@ Outcome PotrfBytes(Matrix& m, int64_t* size) {
 }
 Outcome Potrf(Matrix& m, int* info) {
   // A matrix that is not positive definite is a status, never an error.
-  const int status = m.api->cusolverMgPotrf(m.ctx->handle(), kLower, m.c.n, m.a.data(), 1, 1,
-                                            m.desc_a, m.type, m.work.data(), LworkElements(m.c),
-                                            info);
+  const int status =
+      m.api->cusolverMgPotrf(m.ctx->handle(), kLower, m.c.n, m.a.data(), 1, 1, m.desc_a, m.type,
+                             m.work.data(), LworkElements(m.c), info);
   return LibraryOutcome(m.api, "cusolverMgPotrf", status, info, true, m.c.n);
 }
 
@@ -246,19 +246,18 @@ Outcome PotrsBytes(Matrix& m, int64_t* size) {
   cuda::cudaLibMgMatrixDesc_t desc_b = nullptr;
   int width = 0;
   if (Outcome o = FirstRhsChunk(m, &b, &desc_b, &width); !o.ok) return o;
-  JAXMG_MG(m.api, cusolverMgPotrs_bufferSize(m.ctx->handle(), kLower, m.c.n, width, m.a.data(),
-                                             1, 1, m.desc_a, b.data(), 1, 1, desc_b, m.type,
-                                             size));
+  JAXMG_MG(m.api, cusolverMgPotrs_bufferSize(m.ctx->handle(), kLower, m.c.n, width, m.a.data(), 1,
+                                             1, m.desc_a, b.data(), 1, 1, desc_b, m.type, size));
   return {};
 }
 Outcome Potrs(Matrix& m, int* info) {
-  return ForEachRhsChunk(m, info, [&](std::vector<void*>& b, cuda::cudaLibMgMatrixDesc_t desc_b,
-                                      int width) {
-    const int status = m.api->cusolverMgPotrs(m.ctx->handle(), kLower, m.c.n, width, m.a.data(),
-                                              1, 1, m.desc_a, b.data(), 1, 1, desc_b, m.type,
-                                              m.work.data(), LworkElements(m.c), info);
-    return LibraryOutcome(m.api, "cusolverMgPotrs", status, info, false, m.c.n);
-  });
+  return ForEachRhsChunk(
+      m, info, [&](std::vector<void*>& b, cuda::cudaLibMgMatrixDesc_t desc_b, int width) {
+        const int status = m.api->cusolverMgPotrs(m.ctx->handle(), kLower, m.c.n, width, m.a.data(),
+                                                  1, 1, m.desc_a, b.data(), 1, 1, desc_b, m.type,
+                                                  m.work.data(), LworkElements(m.c), info);
+        return LibraryOutcome(m.api, "cusolverMgPotrs", status, info, false, m.c.n);
+      });
 }
 
 Outcome PotriBytes(Matrix& m, int64_t* size) {
@@ -267,17 +266,17 @@ Outcome PotriBytes(Matrix& m, int64_t* size) {
   return {};
 }
 Outcome Potri(Matrix& m, int* info) {
-  const int status = m.api->cusolverMgPotri(m.ctx->handle(), kLower, m.c.n, m.a.data(), 1, 1,
-                                            m.desc_a, m.type, m.work.data(), LworkElements(m.c),
-                                            info);
+  const int status =
+      m.api->cusolverMgPotri(m.ctx->handle(), kLower, m.c.n, m.a.data(), 1, 1, m.desc_a, m.type,
+                             m.work.data(), LworkElements(m.c), info);
   return LibraryOutcome(m.api, "cusolverMgPotri", status, info, false, m.c.n);
 }
 
 Outcome SyevdBytes(Matrix& m, int64_t* size) {
   std::vector<unsigned char> w(static_cast<size_t>(m.c.n) * RealElementSize(m.c.dtype));
-  JAXMG_MG(m.api, cusolverMgSyevd_bufferSize(m.ctx->handle(), EigMode(m.c), kLower, m.c.n,
-                                             m.a.data(), 1, 1, m.desc_a, w.data(),
-                                             MgRealType(m.c.dtype), m.type, size));
+  JAXMG_MG(m.api,
+           cusolverMgSyevd_bufferSize(m.ctx->handle(), EigMode(m.c), kLower, m.c.n, m.a.data(), 1,
+                                      1, m.desc_a, w.data(), MgRealType(m.c.dtype), m.type, size));
   return {};
 }
 Outcome Syevd(Matrix& m, int* info) {
@@ -295,9 +294,9 @@ Outcome GetrfBytes(Matrix& m, int64_t* size) {
 }
 Outcome Getrf(Matrix& m, int* info) {
   // An exactly singular U is a status (info = k > 0), never an error.
-  const int status = m.api->cusolverMgGetrf(m.ctx->handle(), m.c.n, m.c.n, m.a.data(), 1, 1,
-                                            m.desc_a, m.ipiv.data(), m.type, m.work.data(),
-                                            LworkElements(m.c), info);
+  const int status =
+      m.api->cusolverMgGetrf(m.ctx->handle(), m.c.n, m.c.n, m.a.data(), 1, 1, m.desc_a,
+                             m.ipiv.data(), m.type, m.work.data(), LworkElements(m.c), info);
   return LibraryOutcome(m.api, "cusolverMgGetrf", status, info, false, m.c.n);
 }
 
@@ -307,19 +306,19 @@ Outcome GetrsBytes(Matrix& m, int64_t* size) {
   cuda::cudaLibMgMatrixDesc_t desc_b = nullptr;
   int width = 0;
   if (Outcome o = FirstRhsChunk(m, &b, &desc_b, &width); !o.ok) return o;
-  JAXMG_MG(m.api, cusolverMgGetrs_bufferSize(m.ctx->handle(), Trans(m.c), m.c.n, width,
-                                             m.a.data(), 1, 1, m.desc_a, m.ipiv.data(), b.data(),
-                                             1, 1, desc_b, m.type, size));
+  JAXMG_MG(m.api, cusolverMgGetrs_bufferSize(m.ctx->handle(), Trans(m.c), m.c.n, width, m.a.data(),
+                                             1, 1, m.desc_a, m.ipiv.data(), b.data(), 1, 1, desc_b,
+                                             m.type, size));
   return {};
 }
 Outcome Getrs(Matrix& m, int* info) {
-  return ForEachRhsChunk(m, info, [&](std::vector<void*>& b, cuda::cudaLibMgMatrixDesc_t desc_b,
-                                      int width) {
-    const int status = m.api->cusolverMgGetrs(
-        m.ctx->handle(), Trans(m.c), m.c.n, width, m.a.data(), 1, 1, m.desc_a, m.ipiv.data(),
-        b.data(), 1, 1, desc_b, m.type, m.work.data(), LworkElements(m.c), info);
-    return LibraryOutcome(m.api, "cusolverMgGetrs", status, info, false, m.c.n);
-  });
+  return ForEachRhsChunk(
+      m, info, [&](std::vector<void*>& b, cuda::cudaLibMgMatrixDesc_t desc_b, int width) {
+        const int status = m.api->cusolverMgGetrs(
+            m.ctx->handle(), Trans(m.c), m.c.n, width, m.a.data(), 1, 1, m.desc_a, m.ipiv.data(),
+            b.data(), 1, 1, desc_b, m.type, m.work.data(), LworkElements(m.c), info);
+        return LibraryOutcome(m.api, "cusolverMgGetrs", status, info, false, m.c.n);
+      });
 }
 
 Outcome StepBytes(Step step, Matrix& m, int64_t* size) {
@@ -431,8 +430,7 @@ class CudaBackend final : public Backend {
     cuda::cudaIpcMemHandle_t handle;
     std::memcpy(handle.reserved, shared.handle, sizeof(handle.reserved));
     void* base = nullptr;
-    JAXMG_CUDART(api_,
-                 cudaIpcOpenMemHandle(&base, handle, cuda::kIpcMemLazyEnablePeerAccess));
+    JAXMG_CUDART(api_, cudaIpcOpenMemHandle(&base, handle, cuda::kIpcMemLazyEnablePeerAccess));
     const Api* api = api_;
     const int on = *device;
     *keep = Keep(base, [api, on](void* b) {
@@ -462,8 +460,8 @@ class CudaBackend final : public Backend {
     if (Outcome o = Context(c, &ctx); !o.ok) return o;
     std::lock_guard<std::mutex> lock(ctx->mu());
     DeviceGuard guard(api_);
-    Matrix m{api_, c, ctx, MgType(c.dtype), nullptr, c.a, c.work,
-             std::vector<int*>(c.ipiv.begin(), c.ipiv.end())};
+    Matrix m{api_,    c,   ctx,    MgType(c.dtype),
+             nullptr, c.a, c.work, std::vector<int*>(c.ipiv.begin(), c.ipiv.end())};
     if (Outcome o = ctx->Desc(c.n, c.n, c.tile, m.type, &m.desc_a); !o.ok) return o;
     return fn(m);
   }
@@ -475,8 +473,9 @@ class CudaBackend final : public Backend {
                            std::to_string(c.devices.size()));
     std::set<int> unique(c.devices.begin(), c.devices.end());
     if (unique.size() != c.devices.size() || *unique.begin() < 0)
-      return Outcome::Fail("jaxmg: the call's mesh axis lists a GPU twice (or no GPU); "
-                           "cuSolverMg needs distinct GPUs");
+      return Outcome::Fail(
+          "jaxmg: the call's mesh axis lists a GPU twice (or no GPU); "
+          "cuSolverMg needs distinct GPUs");
     std::lock_guard<std::mutex> lock(contexts_mu);
     DeviceGuard guard(api_);
     if (Outcome o = EnablePeers(api_, c.devices); !o.ok) return o;

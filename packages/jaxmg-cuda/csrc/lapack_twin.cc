@@ -26,14 +26,33 @@ std::map<std::string, void*>& LapackTable() {
   return *table;
 }
 
-template <typename T> struct Prefix;
-template <> struct Prefix<float> { static constexpr char value = 's'; };
-template <> struct Prefix<double> { static constexpr char value = 'd'; };
-template <> struct Prefix<std::complex<float>> { static constexpr char value = 'c'; };
-template <> struct Prefix<std::complex<double>> { static constexpr char value = 'z'; };
+template <typename T>
+struct Prefix;
+template <>
+struct Prefix<float> {
+  static constexpr char value = 's';
+};
+template <>
+struct Prefix<double> {
+  static constexpr char value = 'd';
+};
+template <>
+struct Prefix<std::complex<float>> {
+  static constexpr char value = 'c';
+};
+template <>
+struct Prefix<std::complex<double>> {
+  static constexpr char value = 'z';
+};
 
-template <typename T> struct RealOf { using type = T; };
-template <typename R> struct RealOf<std::complex<R>> { using type = R; };
+template <typename T>
+struct RealOf {
+  using type = T;
+};
+template <typename R>
+struct RealOf<std::complex<R>> {
+  using type = R;
+};
 template <typename T>
 constexpr bool kIsComplex = !std::is_same_v<T, typename RealOf<T>::type>;
 
@@ -45,8 +64,7 @@ struct Lapack {
   using Getrf = void (*)(int*, int*, T*, int*, int*, int*);
   using Getrs = void (*)(char*, int*, int*, T*, int*, int*, T*, int*, int*);
   using Syevd = void (*)(char*, char*, int*, T*, int*, R*, T*, int*, int*, int*, int*);
-  using Heevd = void (*)(char*, char*, int*, T*, int*, R*, T*, int*, R*, int*, int*, int*,
-                         int*);
+  using Heevd = void (*)(char*, char*, int*, T*, int*, R*, T*, int*, R*, int*, int*, int*, int*);
 
   template <typename Fn>
   static Outcome Get(const char* stem, Fn* fn) {
@@ -87,10 +105,10 @@ Outcome QueryEig(int n, bool vectors, EigWork* out) {
   if constexpr (kIsComplex<T>) {
     typename L::Heevd heevd = nullptr;
     if (Outcome r = L::Get("heevd", &heevd); !r.ok) return r;
-    heevd(&jobz, &uplo, &n, nullptr, &lda, nullptr, &work, &lwork, &rwork, &lrwork, &iwork,
-          &liwork, &info);
-    if (Outcome r = QueriedSize(rwork, std::string(1, Prefix<T>::value) + "heevd lrwork",
-                                &out->lrwork);
+    heevd(&jobz, &uplo, &n, nullptr, &lda, nullptr, &work, &lwork, &rwork, &lrwork, &iwork, &liwork,
+          &info);
+    if (Outcome r =
+            QueriedSize(rwork, std::string(1, Prefix<T>::value) + "heevd lrwork", &out->lrwork);
         !r.ok)
       return r;
   } else {
@@ -98,8 +116,8 @@ Outcome QueryEig(int n, bool vectors, EigWork* out) {
     if (Outcome r = L::Get("syevd", &syevd); !r.ok) return r;
     syevd(&jobz, &uplo, &n, nullptr, &lda, nullptr, &work, &lwork, &iwork, &liwork, &info);
   }
-  if (info != 0) return Outcome::Fail("jaxmg: LAPACK workspace query failed, info " +
-                                      std::to_string(info));
+  if (info != 0)
+    return Outcome::Fail("jaxmg: LAPACK workspace query failed, info " + std::to_string(info));
   const char* routine = kIsComplex<T> ? "heevd" : "syevd";
   if (Outcome r = QueriedSize(std::real(work), Prefix<T>::value + std::string(routine) + " lwork",
                               &out->lwork);
@@ -237,8 +255,7 @@ Outcome Syevd(const Args<T>& s, int* info) {
   } else {
     typename L::Syevd syevd = nullptr;
     if (Outcome r = L::Get("syevd", &syevd); !r.ok) return r;
-    syevd(&jobz, &uplo, &n, s.w.full, &lda, w, s.w.work, &eig.lwork, s.w.iwork, &eig.liwork,
-          info);
+    syevd(&jobz, &uplo, &n, s.w.full, &lda, w, s.w.work, &eig.lwork, s.w.iwork, &eig.liwork, info);
   }
   return *info < 0 ? IllegalArgument<T>(kIsComplex<T> ? "heevd" : "syevd", *info) : Outcome{};
 }

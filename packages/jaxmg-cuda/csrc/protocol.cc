@@ -205,7 +205,8 @@ Outcome SameSignatures(const char* target, const std::vector<Slot>& slots) {
   return {};
 }
 
-// The leader's library call for everybody, then x from position 0 to the others (a right-hand side).
+// The leader's library call for everybody, then x (a right-hand side) from position 0 to the
+// others.
 Outcome RunLibrary(const Operands& o, const Problem& p, Backend& backend, MgCall& call,
                    std::vector<unsigned char>* w_host, int32_t* info_out) {
   if (o.routine->eigenvalues) {

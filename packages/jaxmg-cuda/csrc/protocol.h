@@ -100,7 +100,7 @@ inline Operands CommonOperands(Op op, ffi::AnyBuffer& a, void* a_out,
                                ffi::Span<const int64_t> device_ids, int64_t call_id) {
   Operands o;
   o.routine = &RoutineOf(op);
-  o.target = o.routine->target;
+  o.target = o.routine->target.c_str();
   o.a = &a;
   o.a_out = a_out;
   o.position = position.typed_data();

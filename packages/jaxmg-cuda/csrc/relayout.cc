@@ -14,8 +14,7 @@ std::string CheckMoves(const char* target, const char* name, ffi::Span<const int
   std::ostringstream err;
   err << target << ": " << name << ": ";
   if (moves.size() % 4 != 0) {
-    err << "expected (round, source, destination, width) rows, got " << moves.size()
-        << " values";
+    err << "expected (round, source, destination, width) rows, got " << moves.size() << " values";
     return err.str();
   }
   const int64_t ends = p->ndev * p->local;  // each position's staging buffer follows
@@ -31,8 +30,8 @@ std::string CheckMoves(const char* target, const char* name, ffi::Span<const int
         (src < dst + width && dst < src + width)) {
       err << "move " << m / 4 << " (" << round << ", " << src << ", " << dst << ", " << width
           << ") is out of round order or not a column range of one block (L=" << p->local
-          << ", positions [0, " << ends << ")) or staging buffer ([" << ends << ", "
-          << 2 * ends << ")) to a disjoint one";
+          << ", positions [0, " << ends << ")) or staging buffer ([" << ends << ", " << 2 * ends
+          << ")) to a disjoint one";
       return err.str();
     }
   }

@@ -12,28 +12,24 @@
 
 namespace jaxmg {
 
+const std::vector<Routine>& Routines() {
+  static const auto* table = new std::vector<Routine>{
+      {Op::kPotrs, "potrs", {Step::kPotrf, Step::kPotrs}, Result::kFactor, kRhs},
+      {Op::kPotri, "potri", {Step::kPotrf, Step::kPotri}, Result::kMatrix, kNoExtra},
+      {Op::kSyevd, "syevd", {Step::kSyevd}, Result::kMatrix, kEigenvalues},
+      {Op::kPotrf, "potrf", {Step::kPotrf}, Result::kFactor, kNoExtra},
+      {Op::kPotrsFactored, "potrs_factored", {Step::kPotrs}, Result::kUnchanged, kRhs},
+      {Op::kPotriFactored, "potri_factored", {Step::kPotri}, Result::kMatrix, kNoExtra},
+      {Op::kGetrf, "getrf", {Step::kGetrf}, Result::kFactor, kPivotsOut},
+      {Op::kGetrs, "getrs", {Step::kGetrs}, Result::kUnchanged, kRhs | kPivotsIn},
+  };
+  return *table;
+}
+
 const Routine& RoutineOf(Op op) {
-  static const std::vector<Routine> table = [] {
-    std::vector<Routine> t;
-    t.push_back({Op::kPotrs, "jaxmg_potrs", "potrs", {Step::kPotrf, Step::kPotrs}, true,
-                 Pivots::kNone, false, Result::kFactor});
-    t.push_back({Op::kPotri, "jaxmg_potri", "potri", {Step::kPotrf, Step::kPotri}, false,
-                 Pivots::kNone, false, Result::kMatrix});
-    t.push_back({Op::kSyevd, "jaxmg_syevd", "syevd", {Step::kSyevd}, false, Pivots::kNone, true,
-                 Result::kMatrix});
-    t.push_back({Op::kPotrf, "jaxmg_potrf", "potrf", {Step::kPotrf}, false, Pivots::kNone,
-                 false, Result::kFactor});
-    t.push_back({Op::kPotrsFactored, "jaxmg_potrs_factored", "potrs (factored)", {Step::kPotrs},
-                 true, Pivots::kNone, false, Result::kUnchanged});
-    t.push_back({Op::kPotriFactored, "jaxmg_potri_factored", "potri (factored)",
-                 {Step::kPotri}, false, Pivots::kNone, false, Result::kMatrix});
-    t.push_back({Op::kGetrf, "jaxmg_getrf", "getrf", {Step::kGetrf}, false, Pivots::kOut, false,
-                 Result::kFactor});
-    t.push_back({Op::kGetrs, "jaxmg_getrs", "getrs", {Step::kGetrs}, true, Pivots::kIn, false,
-                 Result::kUnchanged});
-    return t;
-  }();
-  return table[static_cast<size_t>(op)];
+  for (const Routine& r : Routines())
+    if (r.op == op) return r;
+  return Routines().front();  // unreachable: every Op has its row
 }
 
 namespace {
@@ -85,28 +81,31 @@ Operands Potrs(const Attrs& at, ffi::AnyBuffer& a, ffi::AnyBuffer& b, Position& 
 }
 template <typename B>
 auto PotrsBinding(B b) {
-  return std::move(b).template Arg<ffi::AnyBuffer>()     // a [L, N]
-      .template Arg<ffi::AnyBuffer>()         // b [nrhs, N]
-      .template Arg<Position>()               // position []
-      .template Ret<ffi::AnyBuffer>()         // factor, aliases a
-      .template Ret<ffi::AnyBuffer>()         // x, aliases b
+  return std::move(b)
+      .template Arg<ffi::AnyBuffer>()          // a [L, N]
+      .template Arg<ffi::AnyBuffer>()          // b [nrhs, N]
+      .template Arg<Position>()                // position []
+      .template Ret<ffi::AnyBuffer>()          // factor, aliases a
+      .template Ret<ffi::AnyBuffer>()          // x, aliases b
       .template Ret<ffi::Buffer<ffi::S32>>();  // status [1]
 }
 
-Operands Potri(const Attrs& at, ffi::AnyBuffer& a, Position& position, ffi::Result<ffi::AnyBuffer>& inverse,
-               Status& status) {
+Operands Potri(const Attrs& at, ffi::AnyBuffer& a, Position& position,
+               ffi::Result<ffi::AnyBuffer>& inverse, Status& status) {
   return Common(Op::kPotri, a, inverse->untyped_data(), position, status, at);
 }
 template <typename B>
 auto PotriBinding(B b) {
-  return std::move(b).template Arg<ffi::AnyBuffer>()     // a [L, N]
-      .template Arg<Position>()               // position []
-      .template Ret<ffi::AnyBuffer>()         // inverse (lower triangle), aliases a
+  return std::move(b)
+      .template Arg<ffi::AnyBuffer>()          // a [L, N]
+      .template Arg<Position>()                // position []
+      .template Ret<ffi::AnyBuffer>()          // inverse (lower triangle), aliases a
       .template Ret<ffi::Buffer<ffi::S32>>();  // status [1]
 }
 
-Operands Syevd(const Attrs& at, ffi::AnyBuffer& a, Position& position, ffi::Result<ffi::AnyBuffer>& v,
-               ffi::Result<ffi::AnyBuffer>& w, Status& status, bool& vectors) {
+Operands Syevd(const Attrs& at, ffi::AnyBuffer& a, Position& position,
+               ffi::Result<ffi::AnyBuffer>& v, ffi::Result<ffi::AnyBuffer>& w, Status& status,
+               bool& vectors) {
   Operands o = Common(Op::kSyevd, a, v->untyped_data(), position, status, at);
   o.w_out = w->untyped_data();
   o.w_type = w->element_type();
@@ -116,38 +115,41 @@ Operands Syevd(const Attrs& at, ffi::AnyBuffer& a, Position& position, ffi::Resu
 }
 template <typename B>
 auto SyevdBinding(B b) {
-  return std::move(b).template Arg<ffi::AnyBuffer>()      // a [L, N]
-      .template Arg<Position>()                // position []
-      .template Ret<ffi::AnyBuffer>()          // vectors, aliases a
-      .template Ret<ffi::AnyBuffer>()          // w [N] real
-      .template Ret<ffi::Buffer<ffi::S32>>()   // status [1]
+  return std::move(b)
+      .template Arg<ffi::AnyBuffer>()         // a [L, N]
+      .template Arg<Position>()               // position []
+      .template Ret<ffi::AnyBuffer>()         // vectors, aliases a
+      .template Ret<ffi::AnyBuffer>()         // w [N] real
+      .template Ret<ffi::Buffer<ffi::S32>>()  // status [1]
       .template Attr<bool>("vectors");
 }
 
-Operands Potrf(const Attrs& at, ffi::AnyBuffer& a, Position& position, ffi::Result<ffi::AnyBuffer>& factor,
-               Status& status) {
+Operands Potrf(const Attrs& at, ffi::AnyBuffer& a, Position& position,
+               ffi::Result<ffi::AnyBuffer>& factor, Status& status) {
   return Common(Op::kPotrf, a, factor->untyped_data(), position, status, at);
 }
 template <typename B>
 auto PotrfBinding(B b) {
-  return std::move(b).template Arg<ffi::AnyBuffer>()     // a [L, N]
-      .template Arg<Position>()               // position []
-      .template Ret<ffi::AnyBuffer>()         // factor (lower triangle), aliases a
+  return std::move(b)
+      .template Arg<ffi::AnyBuffer>()          // a [L, N]
+      .template Arg<Position>()                // position []
+      .template Ret<ffi::AnyBuffer>()          // factor (lower triangle), aliases a
       .template Ret<ffi::Buffer<ffi::S32>>();  // status [1]
 }
 
-Operands PotrsFactored(const Attrs& at, ffi::AnyBuffer& factor, ffi::AnyBuffer& b, Position& position,
-                       ffi::Result<ffi::AnyBuffer>& x, Status& status) {
+Operands PotrsFactored(const Attrs& at, ffi::AnyBuffer& factor, ffi::AnyBuffer& b,
+                       Position& position, ffi::Result<ffi::AnyBuffer>& x, Status& status) {
   Operands o = Common(Op::kPotrsFactored, factor, factor.untyped_data(), position, status, at);
   WithRhs(&o, b, x);
   return o;
 }
 template <typename B>
 auto PotrsFactoredBinding(B b) {
-  return std::move(b).template Arg<ffi::AnyBuffer>()     // factor [L, N] (jaxmg_potrf), read only
-      .template Arg<ffi::AnyBuffer>()         // b [nrhs, N]
-      .template Arg<Position>()               // position []
-      .template Ret<ffi::AnyBuffer>()         // x, aliases b
+  return std::move(b)
+      .template Arg<ffi::AnyBuffer>()          // factor [L, N] (jaxmg_potrf), read only
+      .template Arg<ffi::AnyBuffer>()          // b [nrhs, N]
+      .template Arg<Position>()                // position []
+      .template Ret<ffi::AnyBuffer>()          // x, aliases b
       .template Ret<ffi::Buffer<ffi::S32>>();  // status [1]
 }
 
@@ -157,14 +159,16 @@ Operands PotriFactored(const Attrs& at, ffi::AnyBuffer& factor, Position& positi
 }
 template <typename B>
 auto PotriFactoredBinding(B b) {
-  return std::move(b).template Arg<ffi::AnyBuffer>()  // factor [L, N] (jaxmg_potrf)
-      .template Arg<Position>()                        // position []
-      .template Ret<ffi::AnyBuffer>()                  // inverse (lower triangle), aliases it
-      .template Ret<ffi::Buffer<ffi::S32>>();          // status [1]
+  return std::move(b)
+      .template Arg<ffi::AnyBuffer>()          // factor [L, N] (jaxmg_potrf)
+      .template Arg<Position>()                // position []
+      .template Ret<ffi::AnyBuffer>()          // inverse (lower triangle), aliases it
+      .template Ret<ffi::Buffer<ffi::S32>>();  // status [1]
 }
 
-Operands Getrf(const Attrs& at, ffi::AnyBuffer& a, Position& position, ffi::Result<ffi::AnyBuffer>& lu,
-               ffi::Result<ffi::Buffer<ffi::S32>>& ipiv, Status& status) {
+Operands Getrf(const Attrs& at, ffi::AnyBuffer& a, Position& position,
+               ffi::Result<ffi::AnyBuffer>& lu, ffi::Result<ffi::Buffer<ffi::S32>>& ipiv,
+               Status& status) {
   Operands o = Common(Op::kGetrf, a, lu->untyped_data(), position, status, at);
   o.ipiv = ipiv->typed_data();
   o.ipiv_count = ipiv->element_count();
@@ -172,15 +176,16 @@ Operands Getrf(const Attrs& at, ffi::AnyBuffer& a, Position& position, ffi::Resu
 }
 template <typename B>
 auto GetrfBinding(B b) {
-  return std::move(b).template Arg<ffi::AnyBuffer>()     // a [L, N]
-      .template Arg<Position>()               // position []
-      .template Ret<ffi::AnyBuffer>()         // L and U, aliases a
-      .template Ret<ffi::Buffer<ffi::S32>>()  // pivots [L]
+  return std::move(b)
+      .template Arg<ffi::AnyBuffer>()          // a [L, N]
+      .template Arg<Position>()                // position []
+      .template Ret<ffi::AnyBuffer>()          // L and U, aliases a
+      .template Ret<ffi::Buffer<ffi::S32>>()   // pivots [L]
       .template Ret<ffi::Buffer<ffi::S32>>();  // status [1]
 }
 
-Operands Getrs(const Attrs& at, ffi::AnyBuffer& lu, Int32s& ipiv, ffi::AnyBuffer& b, Position& position,
-               ffi::Result<ffi::AnyBuffer>& x, Status& status, int64_t& trans) {
+Operands Getrs(const Attrs& at, ffi::AnyBuffer& lu, Int32s& ipiv, ffi::AnyBuffer& b,
+               Position& position, ffi::Result<ffi::AnyBuffer>& x, Status& status, int64_t& trans) {
   Operands o = Common(Op::kGetrs, lu, lu.untyped_data(), position, status, at);
   o.ipiv = ipiv.typed_data();
   o.ipiv_count = ipiv.element_count();
@@ -190,7 +195,8 @@ Operands Getrs(const Attrs& at, ffi::AnyBuffer& lu, Int32s& ipiv, ffi::AnyBuffer
 }
 template <typename B>
 auto GetrsBinding(B b) {
-  return std::move(b).template Arg<ffi::AnyBuffer>()     // L and U [L, N] (jaxmg_getrf), read only
+  return std::move(b)
+      .template Arg<ffi::AnyBuffer>()         // L and U [L, N] (jaxmg_getrf), read only
       .template Arg<Int32s>()                 // pivots [L] (jaxmg_getrf)
       .template Arg<ffi::AnyBuffer>()         // b [nrhs, N]
       .template Arg<Position>()               // position []
@@ -208,8 +214,7 @@ struct Entry;
 template <typename... Args, Operands (*Build)(const Attrs&, Args&...)>
 struct Entry<Build> {
   static ffi::Error Cpu(ffi::RunId run, Args... args, int64_t tile, Span device_ids,
-                        int64_t call_id, int64_t job, Span pids, Span to_cyclic,
-                        Span from_cyclic) {
+                        int64_t call_id, int64_t job, Span pids, Span to_cyclic, Span from_cyclic) {
     const Attrs at{tile, device_ids, call_id, job, pids, to_cyclic, from_cyclic};
     return RunOnCpu(Finish(Build(at, args...), at, run));
   }
@@ -226,7 +231,8 @@ struct Entry<Build> {
 
 template <typename B>
 auto WithAttrs(B b) {
-  return std::move(b).template Attr<int64_t>("T_A")
+  return std::move(b)
+      .template Attr<int64_t>("T_A")
       .template Attr<Span>("device_ids")
       .template Attr<int64_t>("call_id")
       .template Attr<int64_t>("job")  // 0: every participant in this process
@@ -248,12 +254,12 @@ auto CudaContext() {
 }  // namespace
 }  // namespace jaxmg
 
-#define JAXMG_CPU_TARGET(Name)                                                          \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(Jaxmg##Name##Cpu, jaxmg::Entry<jaxmg::Name>::Cpu,       \
+#define JAXMG_CPU_TARGET(Name)                                                    \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(Jaxmg##Name##Cpu, jaxmg::Entry<jaxmg::Name>::Cpu, \
                                 jaxmg::WithAttrs(jaxmg::Name##Binding(jaxmg::CpuContext())))
 #ifdef JAXMG_WITH_CUDA
-#define JAXMG_CUDA_TARGET(Name)                                                         \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(Jaxmg##Name##Cuda, jaxmg::Entry<jaxmg::Name>::Cuda,     \
+#define JAXMG_CUDA_TARGET(Name)                                                     \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(Jaxmg##Name##Cuda, jaxmg::Entry<jaxmg::Name>::Cuda, \
                                 jaxmg::WithAttrs(jaxmg::Name##Binding(jaxmg::CudaContext())))
 #else
 #define JAXMG_CUDA_TARGET(Name)
@@ -276,11 +282,11 @@ namespace jaxmg {
 std::vector<std::pair<const char*, void*>> Targets(bool cuda) {
   std::vector<std::pair<const char*, void*>> out;
   auto add = [&](Op op, void* cpu, void* gpu) {
-    out.emplace_back(RoutineOf(op).target, cuda ? gpu : cpu);
+    out.emplace_back(RoutineOf(op).target.c_str(), cuda ? gpu : cpu);
   };
 #ifdef JAXMG_WITH_CUDA
-#define JAXMG_BOTH(Name) reinterpret_cast<void*>(Jaxmg##Name##Cpu), \
-                         reinterpret_cast<void*>(Jaxmg##Name##Cuda)
+#define JAXMG_BOTH(Name) \
+  reinterpret_cast<void*>(Jaxmg##Name##Cpu), reinterpret_cast<void*>(Jaxmg##Name##Cuda)
 #else
 #define JAXMG_BOTH(Name) reinterpret_cast<void*>(Jaxmg##Name##Cpu), nullptr
 #endif

@@ -9,6 +9,7 @@
 #ifndef JAXMG_ROUTINES_H_
 #define JAXMG_ROUTINES_H_
 
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -40,17 +41,40 @@ enum class Result {
 // position belongs to its local column l), 1-based global row indices as LAPACK's ipiv.
 enum class Pivots { kNone, kOut, kIn };
 
-struct Routine {
-  Op op;
-  const char* target;        // the FFI target: "jaxmg_potrs"
-  const char* name;          // for messages: "potrs"
-  std::vector<Step> steps;   // in order; the next runs only while info == 0
-  bool rhs = false;          // b in, x out: [nrhs, N], the same on every position
-  Pivots pivots = Pivots::kNone;
-  bool eigenvalues = false;  // w out: [N] real, the same on every position
-  Result result = Result::kFactor;
+// Operands besides `a`, the position and the status.
+enum Extra : unsigned {
+  kNoExtra = 0,
+  kRhs = 1,          // b in, x out: [nrhs, N], the same on every position
+  kPivotsOut = 2,    // Pivots::kOut
+  kPivotsIn = 4,     // Pivots::kIn
+  kEigenvalues = 8,  // w out: [N] real, the same on every position
 };
 
+struct Routine {
+  Routine(Op op, std::string name, std::vector<Step> steps, Result result, unsigned extra)
+      : op(op),
+        name(name),
+        target("jaxmg_" + name),
+        steps(std::move(steps)),
+        rhs(extra & kRhs),
+        pivots(extra & kPivotsOut  ? Pivots::kOut
+               : extra & kPivotsIn ? Pivots::kIn
+                                   : Pivots::kNone),
+        eigenvalues(extra & kEigenvalues),
+        result(result) {}
+
+  Op op;
+  std::string name;         // for messages: "potrs"
+  std::string target;       // the FFI target: "jaxmg_potrs"
+  std::vector<Step> steps;  // in order; the next runs only while info == 0
+  bool rhs;
+  Pivots pivots;
+  bool eigenvalues;
+  Result result;
+};
+
+// Every routine, one row per Op.
+const std::vector<Routine>& Routines();
 const Routine& RoutineOf(Op op);
 
 // Every routine's FFI target: (name, handler) for the CPU twin, or for CUDA (none when built

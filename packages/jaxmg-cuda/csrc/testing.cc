@@ -35,14 +35,13 @@ void DelayForTests(int32_t position) {
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
 }
 
-
 bool IllegalLeadingDimensionForTests() { return Set("JAXMG_TEST_ILLEGAL_LDA"); }
 
 bool ShareByHandleForTests() { return Set("JAXMG_TEST_SHARE_BY_HANDLE"); }
 
 ffi::Error ProbeCpu(ffi::RunId run, ffi::Buffer<ffi::S32> position,
-                    ffi::Result<ffi::Buffer<ffi::S32>> out,
-                    ffi::Span<const int64_t> device_ids, int64_t call_id) {
+                    ffi::Result<ffi::Buffer<ffi::S32>> out, ffi::Span<const int64_t> device_ids,
+                    int64_t call_id) {
   const int ndev = static_cast<int>(std::max<size_t>(device_ids.size(), 1));
   auto meeting = Registry::Get().Join(MeetingKey("jaxmg_probe", device_ids, call_id, run.run_id),
                                       ndev, /*exact=*/true);

@@ -27,9 +27,10 @@ import pytest
 WORKER = pathlib.Path(__file__).with_name("worker.py")
 SHM = pathlib.Path("/dev/shm")
 PREFIX = f"jaxmg-{os.geteuid()}-"
-# potrs, potri, syevd, syevd_values x 2 dtypes x 2 forms, plus not_pd, no_shardmap and
+# potrs, potri, syevd, syevd_values, cho_solve, lu_solve x 2 dtypes x 2 forms, plus not_pd,
+# no_shardmap and
 # netket_style, for 2 sizes; plus first_call_jit and done.
-SOLVE_CHECKS = (4 * 2 * 2 + 3) * 2 + 2
+SOLVE_CHECKS = (6 * 2 * 2 + 3) * 2 + 2
 
 pytestmark = pytest.mark.skipif(not SHM.is_dir(), reason="no /dev/shm (POSIX shared memory)")
 
@@ -135,7 +136,15 @@ def test_every_routine_across_processes(processes):
     """potrs, potri, syevd x float64/complex64 x both forms on one device per process."""
     codes, checks, output = run_job("solve", processes)
     assert_all_passed(codes, checks, output, processes, SOLVE_CHECKS)
-    assert {c["check"] for c in checks} >= {"potrs", "potri", "syevd", "syevd_values", "not_pd"}
+    assert {c["check"] for c in checks} >= {
+        "potrs",
+        "potri",
+        "syevd",
+        "syevd_values",
+        "cho_solve",
+        "lu_solve",
+        "not_pd",
+    }
 
 
 def test_every_routine_sharing_buffers_by_handle():

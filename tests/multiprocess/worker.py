@@ -12,7 +12,8 @@ process; the test reads them there) and, for the log, to stdout: stdout is no ch
 results, since Gloo (the CPU collectives) writes its connection messages there from C++, and
 those can land inside a line of ours. Scenarios:
 
-- ``solve``: a first call under jit; potrs, potri, syevd (values and vectors) x float64,
+- ``solve``: a first call under jit; potrs, potri, syevd (values and vectors), cho_factor and
+  cho_solve, lu_factor and lu_solve x float64,
   complex64, both sharding forms, plus a matrix that is not positive definite, the
   *_no_shardmap functions inside a user's shard_map and a NetKet-style call (abstract mesh
   under jax.set_mesh); one device per process.
@@ -133,6 +134,16 @@ def solve(mesh, n, tile):
             report("syevd", ortho < 30 and res < 30 and close, ortho=ortho, residual=res, **case)
             w_only = fetch(jaxmg.syevd(a, tile, return_eigenvectors=False))
             report("syevd_values", np.allclose(w_only, w, rtol=0, atol=1e3 * eps(dtype)), **case)
+            # A factor (and LU's pivots) that the processes keep between calls.
+            factor = jaxmg.cho_factor(a, tile)
+            x = fetch(jaxmg.cho_solve(factor, place(b, mesh, P())))
+            logdet = float(fetch(factor.logdet))
+            ok = abs(logdet - np.linalg.slogdet(A)[1]) < 1e3 * eps(dtype) * n
+            report("cho_solve", scaled_residual(A, x, b) < 30 and ok, **case)
+            G = (A + np.triu(A, 1)).astype(dtype)  # not Hermitian
+            lu = jaxmg.lu_factor(place(G, mesh, spec), tile)
+            x = fetch(jaxmg.lu_solve(lu, place(b, mesh, P()), trans=1))
+            report("lu_solve", scaled_residual(G.T, x, b) < 30, **case)
     bad = hermitian_pd(n, np.float64)
     bad[3, 3] = -1.0  # leading minor of order 4 not positive definite
     x, status = jaxmg.potrs(place(bad, mesh, P(None, "x")), jnp.ones(n), tile, return_status=True)

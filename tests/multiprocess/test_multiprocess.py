@@ -28,8 +28,7 @@ WORKER = pathlib.Path(__file__).with_name("worker.py")
 SHM = pathlib.Path("/dev/shm")
 PREFIX = f"jaxmg-{os.geteuid()}-"
 # potrs, potri, syevd, syevd_values, cho_solve, lu_solve x 2 dtypes x 2 forms, plus not_pd,
-# no_shardmap and
-# netket_style, for 2 sizes; plus first_call_jit and done.
+# no_shardmap and netket_style, for 2 sizes; plus first_call_jit and done.
 SOLVE_CHECKS = (6 * 2 * 2 + 3) * 2 + 2
 
 pytestmark = pytest.mark.skipif(not SHM.is_dir(), reason="no /dev/shm (POSIX shared memory)")

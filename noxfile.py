@@ -12,8 +12,9 @@
 - ``demo``: install and run ``python -m jaxmg demo``.
 - ``tsan``: the rendezvous and CPU twin under ThreadSanitizer.
 - ``asan``: the CUDA layer on the CUDA emulator under AddressSanitizer.
-- ``bench``: the CPU benchmarks (solvers vs JAX on one device; layout round trip; one device
-  per process vs one process); arguments after ``--`` go to ``benchmarks/solvers.py``.
+- ``bench``: the CPU benchmarks (solvers vs JAX on one device; derivatives vs JAX on one
+  device; layout round trip; one device per process vs one process); arguments after ``--`` go
+  to ``benchmarks/solvers.py``.
 - ``gpu``: on a GPU machine, build against the installed CUDA, run the GPU tests with
   ``JAXMG_REQUIRE_GPU=1`` and the GPU benchmarks (``benchmarks/gpu_validate.py``).
 - ``cuda_abi``: no GPU needed: fetch NVIDIA's CUDA 12 and 13 wheels (pinned, cached in
@@ -182,6 +183,15 @@ def bench(session):
             "cpu_tiles",
             *("--routines", *routines, "--n", 2048, "--tiles", 128, 256, 512, "--overhead-n", 0),
         )
+    # Derivatives: a Gaussian-process likelihood's value and gradient, and an LU solve, against
+    # JAX on one device (N = 2048, 4 simulated CPU devices).
+    session.run(
+        "python",
+        "benchmarks/autodiff.py",
+        *("--cpu-devices", "4", "--n", "2048", "--runs", "5", "--warmup", "1"),
+        *("--json", str(results / "autodiff_cpu.jsonl")),
+        *("--markdown", str(results / "autodiff_cpu.md")),
+    )
     session.run(
         "python",
         "benchmarks/layout_roundtrip.py",

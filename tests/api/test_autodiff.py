@@ -298,7 +298,8 @@ def test_syevd_derivatives(mesh, dtype, form):
 
 @pytest.mark.parametrize("form", FORMS)
 def test_backward_reuses_the_factor(mesh, form):
-    """The compiled gradient program factors once: one potrf, solves with its factor."""
+    """The compiled gradient program factors once (the forward potrs, which also returns its
+    factor) and solves the adjoint with that factor."""
     n = size()
     spec = FORMS[form]
     a, b = put(hpd(n, np.float64), mesh, spec), jnp.asarray(random(n, np.float64, 1, cols=1))
@@ -312,8 +313,9 @@ def test_backward_reuses_the_factor(mesh, form):
         t: hlo.count(f'custom_call_target="{t}"')
         for t in ("jaxmg_potrf", "jaxmg_potrs", "jaxmg_potri", "jaxmg_getrf")
     }
-    assert targets == {"jaxmg_potrf": 1, "jaxmg_potrs": 0, "jaxmg_potri": 0, "jaxmg_getrf": 0}
-    assert hlo.count('custom_call_target="jaxmg_potrs_factored"') == 2  # x, then the adjoint
+    assert targets == {"jaxmg_potrf": 0, "jaxmg_potrs": 1, "jaxmg_potri": 0, "jaxmg_getrf": 0}
+    assert hlo.count('custom_call_target="jaxmg_potrs_factored"') == 1  # the adjoint solve
+    assert hlo.count('custom_call_target="jaxmg_potri_factored"') == 1  # logdet's A^-1
     # And the plain solve still makes one native call.
     forward = jax.jit(lambda s, b: jaxmg.potrs(s, b, mesh=mesh, in_specs=spec)).lower(a, b)
     assert forward.compile().as_text().count('custom_call_target="jaxmg_') == 1

@@ -298,6 +298,25 @@ def _cholesky_x(call: _Call, f, a, b):
     return _linear_solve(_Algebra(call).hermitian, a, b, solve, transpose_solve)
 
 
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _cholesky_solution(call: _Call, f, x, a, b):
+    """``A^-1 b`` when it is already known (``x``, with ``A``'s factor ``f``): ``x`` itself,
+    with the derivatives of the solve. Saves the forward solve a derivative would repeat."""
+    return x
+
+
+@_cholesky_solution.defjvp
+def _cholesky_solution_jvp(call, primals, tangents):
+    f, x, a, b = primals
+    _, _, da, db = tangents
+    x = _cholesky_solution(call, f, x, a, b)
+    algebra = _Algebra(call)
+    solve, transpose_solve = _cholesky_solves(call, f)
+    # A dx = db - dA_h x, solved with the factor (linear in the tangents, transposable).
+    rhs = db - algebra.hermitian(da, x)
+    return x, _linear_solve(algebra.hermitian, a, rhs, solve, transpose_solve)
+
+
 # --- differentiable functions of the global arrays ---------------------------------------------
 
 
@@ -315,10 +334,13 @@ def potrs_and_logdet(call: _Call, logdet: bool, a, b):
 def _potrs_and_logdet_jvp(call, logdet, primals, tangents):
     a, b = primals
     da, db = tangents
-    # The factor is a constant of the rule (its derivatives flow through `a`), so the rule
-    # itself is differentiable: derivatives of any order.
-    f, status = _potrf_program(call, jax.lax.stop_gradient(a))
-    x, dx = jax.jvp(functools.partial(_cholesky_x, call, f), (a, b), (da, db))
+    # One native call, as without derivatives: the solution and the factor the derivatives
+    # reuse. Both are constants of the rule (derivatives flow through `a` and `b`), so the
+    # rule itself is differentiable: derivatives of any order.
+    x, f, status = _solvers._potrs_program(
+        jax.lax.stop_gradient(a), jax.lax.stop_gradient(b), with_factor=True, **call.kw
+    )
+    x, dx = jax.jvp(functools.partial(_cholesky_solution, call, f, x), (a, b), (da, db))
     status = _status(status)
     if not logdet:
         return (x, None, status), (dx, None, _float0(status))

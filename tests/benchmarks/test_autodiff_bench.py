@@ -33,17 +33,17 @@ def test_tiny_run_passes_its_checks(tmp_path):
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [r["case"] for r in rows] == ["gp_nll", "gp_datafit", "lu_solve"]
+    assert [r["case"] for r in rows] == ["gp_nll", "gp_datafit", "k_nll", "k_datafit", "lu_solve"]
     for r in rows:
         assert r["check_passed"], r
         assert r["n"] == 64 and r["ndev"] == 2 and r["dtype"] == "float64"
         assert r["tolerance"] == 1e-6
-    for r in rows[:2]:
+    for r in rows[:4]:
         for impl in ("jaxmg", "jax"):
             for kind in ("value", "value_and_grad"):
                 assert r[f"{impl}_{kind}_s"] > 0
         assert r["grad_rel_err"] <= 1e-6 and r["value_rel_err"] <= 1e-6
         assert r["jaxmg_grad_ratio"] > 0 and r["ratio_to_jax_value_and_grad"] > 0
-    assert rows[2]["rel_err"] <= 1e-6 and rows[2]["jaxmg_s"] > 0 and rows[2]["jax_s"] > 0
+    assert rows[4]["rel_err"] <= 1e-6 and rows[4]["jaxmg_s"] > 0 and rows[4]["jax_s"] > 0
     text = table.read_text()
     assert "| gp_nll | 64 |" in text and "| lu_solve | 64 |" in text

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.linalg
 from test_native import from_cyclic, hermitian_pd, to_cyclic
 
 import jaxmg_cuda
@@ -288,6 +289,173 @@ def test_cuda_path_on_emulator(emulated, name):
     results, _ = emulated
     kwargs, data = EMULATED[name]
     check(kwargs, data, results[name])
+
+
+# --- the factored routines on the emulator ----------------------------------------------------
+# potrf and getrf against numpy/scipy; the solves and the inverse from a factor made on the
+# host (numpy's Cholesky, scipy's LU: the same pivots as LAPACK's getrf), in the block-cyclic
+# layout with the pivots spread like the columns, as the native factor calls leave them.
+
+
+def general(n, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    m = rng.standard_normal((n, n))
+    if np.dtype(dtype).kind == "c":
+        m = m + 1j * rng.standard_normal((n, n))
+    return m.astype(dtype)
+
+
+def spread_pivots(ipiv, n, ndev, tile):
+    """LAPACK's 1-based ``ipiv`` ([N]) as each position's [L] int32, like its columns."""
+    plan = jaxmg_layout.CyclicPlan.make(n, ndev, tile)
+    columns = plan.column_map()
+    return [np.where(g >= 0, ipiv[np.maximum(g, 0)], 1).astype(np.int32) for g in columns]
+
+
+def gather_pivots(buffers, n, ndev, tile):
+    plan = jaxmg_layout.CyclicPlan.make(n, ndev, tile)
+    ipiv = np.zeros(n, np.int64)
+    for d, g in enumerate(plan.column_map()):
+        local = np.frombuffer(buffers[d], np.int32)
+        ipiv[g[g >= 0]] = local[g >= 0]
+    return ipiv
+
+
+def factored_case(op, dtype, n, tile, device_ids, *, trans="N", singular=False, in_place=False):
+    """One call of a factored routine: run_cuda_on_host's arguments and the reference data."""
+    ndev = len(device_ids)
+    A = hermitian_pd(n, dtype) if op.startswith("pot") else general(n, dtype)
+    if singular:
+        A[:, 4] = 0  # U[4, 4] is exactly zero: status 5
+    operand, ipiv = A, None
+    if op in ("potrs_factored", "potri_factored"):
+        operand = np.linalg.cholesky(A)
+    elif op == "getrs":
+        lu, piv = scipy.linalg.lu_factor(A)
+        operand, ipiv = lu.astype(dtype), piv + 1
+    moves = None
+    if in_place:
+        moves = jaxmg_layout.in_place_moves(jaxmg_layout.CyclicPlan.make(n, ndev, tile))
+        blocks = block_buffers(operand, moves)
+    else:
+        blocks = to_cyclic(operand, ndev, tile).reshape(ndev, -1, n)
+    b = np.random.default_rng(1).standard_normal((n, 2)).astype(dtype)
+    rhs = op in ("potrs_factored", "getrs")
+    kwargs = dict(
+        op=op,
+        dtype=dtype,
+        n=n,
+        local=blocks.shape[1],
+        nrhs=2 if rhs else 0,
+        tile=tile,
+        vectors=True,
+        aliased=True,
+        device_ids=list(device_ids),
+        positions=list(range(ndev)),
+        a=[block.tobytes() for block in blocks],
+        b=[np.ascontiguousarray(b.T).tobytes()] * ndev if rhs else [],
+        call_id=0,
+        job=0,
+        pids=[],
+        trans=trans,
+    )
+    if ipiv is not None:
+        kwargs["ipiv"] = [p.tobytes() for p in spread_pivots(ipiv, n, ndev, tile)]
+    if moves is not None:  # to the block-cyclic layout only: a factor stays there
+        kwargs["to_cyclic"] = moves.to_cyclic.reshape(-1).tolist()
+    return kwargs, {"A": A, "b": b}
+
+
+def check_factored(kwargs, data, result):
+    assert result["errors"] == [""] * len(result["errors"]), result["errors"]
+    A, b, op = data["A"], data["b"], kwargs["op"]
+    dtype, n, ndev, tile = (
+        np.dtype(kwargs["dtype"]),
+        kwargs["n"],
+        len(kwargs["device_ids"]),
+        kwargs["tile"],
+    )
+    eps = np.finfo(dtype).eps
+    blocks = np.stack([np.frombuffer(a, dtype).reshape(kwargs["local"], n) for a in result["a"]])
+    got = from_cyclic(blocks.reshape(-1, n), n, ndev, tile, kwargs["local"])
+    lower = np.tril_indices(n)
+    big = np.linalg.norm(A)
+    if op == "potrf":
+        assert result["status"] == [0] * ndev
+        L = np.linalg.cholesky(A.astype(np.complex128))
+        np.testing.assert_allclose(got[lower], L[lower], atol=100 * n * eps * big)
+    elif op == "potri_factored":
+        assert result["status"] == [0] * ndev
+        inverse = np.linalg.inv(A.astype(np.complex128))
+        scale = np.linalg.norm(inverse)
+        np.testing.assert_allclose(got[lower], inverse[lower], atol=100 * n * eps * scale)
+    elif op == "getrf":
+        ipiv = gather_pivots(result["ipiv"], n, ndev, tile)
+        if np.all(A[:, 4] == 0):
+            assert result["status"] == [5] * ndev  # LAPACK's 1-based index of U's zero pivot
+            assert np.isnan(got).all()
+            return
+        assert result["status"] == [0] * ndev
+        lu, piv = scipy.linalg.lu_factor(
+            A.astype(np.complex128 if dtype.kind == "c" else np.float64)
+        )
+        if dtype.itemsize * (2 if dtype.kind != "c" else 1) >= 16:  # double precision
+            np.testing.assert_array_equal(ipiv, piv + 1)
+        L = np.tril(got, -1) + np.eye(n)
+        U = np.triu(got)
+        PA = A.copy()
+        for i, p in enumerate(ipiv - 1):  # the interchanges, in order
+            PA[[i, p]] = PA[[p, i]]
+        np.testing.assert_allclose(L @ U, PA, atol=100 * n * eps * big)
+    else:  # the solves: x on every position
+        assert result["status"] == [0] * ndev
+        op_a = {"N": A, "T": A.T, "C": A.conj().T}[kwargs["trans"]]
+        for x in result["x"]:
+            x = np.frombuffer(x, dtype).reshape(-1, n).T
+            residual = np.linalg.norm(op_a @ x - b) / (big * np.linalg.norm(x) * n * eps)
+            assert residual < 100, residual
+
+
+def factored_cases():
+    cases = {}
+    for dtype in ("float64", "complex64"):
+        for ids in ([0], [2, 0, 1]):
+            tag = f"{dtype}-{len(ids)}dev"
+            cases[f"potrf-{tag}"] = factored_case("potrf", dtype, 12, 2, ids)
+            cases[f"potrs_factored-{tag}"] = factored_case("potrs_factored", dtype, 12, 2, ids)
+            cases[f"potri_factored-{tag}"] = factored_case("potri_factored", dtype, 12, 2, ids)
+            cases[f"getrf-{tag}"] = factored_case("getrf", dtype, 12, 2, ids)
+            for trans in "NTC":
+                cases[f"getrs-{trans}-{tag}"] = factored_case(
+                    "getrs", dtype, 12, 2, ids, trans=trans
+                )
+    # Padding (N not a multiple of T_A x devices), the in-place relayout into a factor, and an
+    # exactly singular U.
+    cases["getrf-padded"] = factored_case("getrf", "float64", 10, 4, [1, 0])
+    cases["getrs-padded"] = factored_case("getrs", "complex128", 10, 4, [1, 0], trans="C")
+    cases["potrf-in-place"] = factored_case("potrf", "float64", 15, 2, [2, 0, 1], in_place=True)
+    cases["getrf-in-place"] = factored_case("getrf", "complex64", 15, 2, [2, 0, 1], in_place=True)
+    cases["getrf-singular"] = factored_case("getrf", "float64", 12, 2, [0, 1], singular=True)
+    return cases
+
+
+FACTORED = factored_cases()
+
+
+@pytest.fixture(scope="module")
+def factored(emulator, tmp_path_factory):
+    names = list(FACTORED)
+    out = run_calls(emulator, [FACTORED[k][0] for k in names], tmp_path_factory.mktemp("run"))
+    return dict(zip(names, out["results"], strict=True)), out["emulator"]
+
+
+@pytest.mark.parametrize("name", list(FACTORED))
+def test_factored_routines_on_emulator(factored, name):
+    results, state = factored
+    kwargs, data = FACTORED[name]
+    check_factored(kwargs, data, results[name])
+    assert state["violations"] == 0, state["violation_text"]
+    assert state["live_allocations"] == 0 and state["queued_ops"] == 0
 
 
 def test_emulator_saw_no_misuse_and_nothing_leaked(emulated):

@@ -1,4 +1,4 @@
-"""jaxmg_cuda's CUDA path (``cuda_targets.cc``) run without XLA, checked against numpy.
+"""jaxmg_cuda's CUDA path (``cusolvermg.cc``, ``cuda_targets.cc``) without XLA, against numpy.
 
 ``run_cuda_on_host`` (a test hook of the native module) stages host arrays on their GPUs and
 runs, one thread per mesh position, exactly what the CUDA FFI handlers run: the checks, the

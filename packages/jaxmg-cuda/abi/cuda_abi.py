@@ -44,7 +44,7 @@ ROOT = PACKAGE.parents[1]
 CSRC = PACKAGE / "csrc"
 CHECK_SOURCE = CSRC / "cuda_api_check.cc"
 API_HEADER = CSRC / "cuda_api.h"
-LOADER_SOURCE = CSRC / "cuda_targets.cc"
+LOADER_SOURCE = CSRC / "cuda_api.cc"
 DEFAULT_CACHE = ROOT / ".nox" / "cuda_abi-cache"
 
 
@@ -318,7 +318,7 @@ def check_release(release: Release, folder: Path, compiler: str, lists) -> str:
     symbols = 0
     for lib, soname in release.libraries.items():
         if f'"{soname}"' not in loader:
-            raise CheckFailed(f"{release.label}: cuda_targets.cc does not open {soname}")
+            raise CheckFailed(f"{release.label}: cuda_api.cc does not open {soname}")
         exported = set((folder / "symbols" / f"{soname}.txt").read_text().split())
         if len(exported) < 20 or "jaxmgNoSuchFunction" in exported:
             raise CheckFailed(f"{soname}: implausible symbol table ({len(exported)} functions)")

@@ -664,3 +664,19 @@ def test_cuda_path_on_gpu(tmp_path):
         except AssertionError as error:
             failures.append(f"{name}: {error}")
     assert not failures, "\n".join(failures)
+
+
+@pytest.mark.gpu
+def test_factored_routines_on_gpu(tmp_path):
+    """Every factored case whose GPUs exist here, on the real CUDA runtime and cuSolverMg
+    (NOT YET RUN ON GPU HARDWARE: skips without a GPU)."""
+    have = _real_gpus()
+    names = [k for k, (kw, _) in FACTORED.items() if max(kw["device_ids"]) < have]
+    out = run_calls("-", [FACTORED[k][0] for k in names], tmp_path)
+    failures = []
+    for name, result in zip(names, out["results"], strict=True):
+        try:
+            check_factored(*FACTORED[name], result)
+        except AssertionError as error:
+            failures.append(f"{name}: {error}")
+    assert not failures, "\n".join(failures)

@@ -6,6 +6,9 @@ functions on the same data (``jnp.linalg.solve``, ``slogdet``, ``inv``, ``eigh``
 routines are differentiated as functions of ``(S + S^H) / 2``, the meaning jaxmg documents.
 """
 
+import math
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -309,6 +312,12 @@ def test_backward_reuses_the_factor(mesh, form):
         return jnp.sum(x**2) + logdet
 
     hlo = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(a, b).compile().as_text()
+    # A is never gathered: what the program gathers is vector-sized.
+    gathered = [
+        math.prod(int(d) for d in shape.split(",") if d)
+        for shape in re.findall(r"= \w+\[([\d,]*)\][^ ]* all-gather(?:-start)?\(", hlo)
+    ]
+    assert all(size <= n for size in gathered), gathered
     targets = {
         t: hlo.count(f'custom_call_target="{t}"')
         for t in ("jaxmg_potrf", "jaxmg_potrs", "jaxmg_potri", "jaxmg_getrf")

@@ -289,3 +289,21 @@ def test_no_shardmap_axis_that_cannot_be_told(mesh):
             out_specs=P(None, "a"),
             check_vma=False,
         )(arg)
+
+
+def test_factor_functions_name_what_they_accept(mesh, a):
+    n = a.shape[0]
+    with pytest.raises(TypeError, match=r"jaxmg.cho_solve: factor must be the CholeskyFactor"):
+        jaxmg.cho_solve(a, jnp.ones(n))
+    factor = jaxmg.cho_factor(a)
+    with pytest.raises(ValueError, match=r"jaxmg.cho_solve: b must have shape"):
+        jaxmg.cho_solve(factor, jnp.ones(n + 1))
+    with pytest.raises(TypeError, match=r"b has dtype float32 but A has float64"):
+        jaxmg.cho_solve(factor, jnp.ones(n, jnp.float32))
+    with pytest.raises(ValueError, match=r"jaxmg.lu_solve: trans must be 0, 1, 2, 'N', 'T' or 'C'"):
+        jaxmg.lu_solve(a, jnp.ones(n), trans=3)
+    with pytest.raises(TypeError, match=r"jaxmg.lu_solve.*keyword"):
+        jaxmg.lu_solve(a, jnp.ones(n), None, None, None, 1)
+    rect = jax.device_put(jnp.ones((n, n // 2)), NamedSharding(mesh, P(None, "x")))
+    with pytest.raises(ValueError, match=r"jaxmg.lu_factor: A must be square"):
+        jaxmg.lu_factor(rect)

@@ -5,6 +5,8 @@ one call (:class:`CyclicPlan`), the same relayout as in-place column moves for a
 executor (:func:`in_place_moves`), the relayout between JAX's block sharding and the
 block-cyclic layout (``cyclic_1d_layout`` on global arrays, ``cyclic_1d_no_shardmap`` on
 local shards inside ``shard_map``), and a picture of it (``plot_layout``, needs matplotlib).
+The 2D block-cyclic layout of ScaLAPACK and cuSOLVERMp: its index math (:class:`BlockCyclic2D`,
+:func:`numroc`).
 """
 
 from ._moves import InPlaceMoves as InPlaceMoves
@@ -21,6 +23,8 @@ from ._plan import (
 from ._plan import (
     calculate_valid_T_A as calculate_valid_T_A,
 )
+from ._plan2d import BlockCyclic2D as BlockCyclic2D
+from ._plan2d import numroc as numroc
 from ._plot import plot_layout as plot_layout
 from ._relayout import (
     cyclic_1d_layout as cyclic_1d_layout,

@@ -17,6 +17,8 @@
   to ``benchmarks/solvers.py``.
 - ``gpu``: on a GPU machine, build against the installed CUDA, run the GPU tests with
   ``JAXMG_REQUIRE_GPU=1`` and the GPU benchmarks (``benchmarks/gpu_validate.py``).
+- ``mpi``: MKL's ScaLAPACK over MPICH, both from pip, under ``mpiexec`` on 1x2, 2x1 and 2x2
+  process grids laid out by ``jaxmg_layout.BlockCyclic2D`` (the multi-node backend's CPU engine).
 - ``cuda_abi``: no GPU needed: fetch NVIDIA's CUDA 12 and 13 wheels (pinned, cached in
   ``.nox/cuda_abi-cache``) and check ``csrc/cuda_api.h`` against their headers and libraries.
 """
@@ -33,7 +35,7 @@ DEVICE_COUNTS = (1, 2, 3, 4, 8)
 # build isolation (which would download jaxlib again for every build).
 NATIVE_BUILD_DEPS = ("scikit-build-core>=0.10", "pybind11>=2.13", "jax>=0.10", "jaxlib>=0.10")
 
-nox.options.sessions = ["lint", "cuda_abi", "tests", "compat", "clients"]
+nox.options.sessions = ["lint", "cuda_abi", "tests", "compat", "clients", "mpi"]
 nox.options.error_on_missing_interpreters = True
 
 
@@ -57,6 +59,7 @@ def run_cpu_suite(session, count):
         "pytest",
         "tests",
         "--ignore=tests/multiprocess",
+        "--ignore=tests/mpi",
         f"--num-cpu-devices={count}",
         "-q",
         env={"PYTHONHASHSEED": "0", "JAXMG_TEST_XLA_OPTIMIZE": "1" if count == 1 else "0"},
@@ -204,6 +207,16 @@ def bench(session):
         "--json",
         str(results / "multiprocess_cpu.jsonl"),
     )
+
+
+@nox.session
+def mpi(session):
+    """MKL's ScaLAPACK over MPICH from pip (the multi-node backend's CPU engine), on 1x2, 2x1
+    and 2x2 process grids laid out by jaxmg_layout's 2D block-cyclic plan."""
+    session.install("--no-build-isolation", "hatchling", "jax>=0.10", "jaxlib>=0.10")
+    session.install("--no-build-isolation", str(PACKAGES / "jaxmg-layout"))
+    session.install("mkl", "mpich", "mpi4py", "pytest", "hypothesis")
+    session.run("python", "-m", "pytest", "tests/mpi", "-q")
 
 
 @nox.session(venv_backend="none")

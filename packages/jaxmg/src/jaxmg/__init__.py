@@ -1,11 +1,14 @@
 """jaxmg: dense linear algebra on sharded jax.Arrays through NVIDIA cuSolverMg.
 
-``potrs`` (solve with a Hermitian positive definite matrix), ``potri`` (its inverse) and
-``syevd`` (Hermitian eigendecomposition) on a matrix sharded over the devices of one node, from
-eagerly executed code, ``jax.jit`` and ``jax.shard_map``. On GPUs the work is done by
-cuSolverMg; on CPU devices by a LAPACK twin that runs the same multi-device machinery. One
-process may drive every device, or (CPU so far) each process one device of the node; for
-several nodes, ``host_mesh`` and ``gather_to_hosts`` gather the matrix onto every node.
+``potrs`` (solve with a Hermitian positive definite matrix, optionally with its log
+determinant), ``potri`` (its inverse), ``syevd`` (Hermitian eigendecomposition),
+``cho_factor``/``cho_solve`` (a Cholesky factor reused over many solves) and
+``lu_factor``/``lu_solve`` (general square systems, LU with partial pivoting) on a matrix sharded
+over the devices of one node, from eagerly executed code, ``jax.jit`` and ``jax.shard_map``, all
+differentiable (``jax.grad``, ``jvp``, ``vjp``). On GPUs the work is done by cuSolverMg; on CPU
+devices by a LAPACK twin that runs the same multi-device machinery. One process may drive every
+device, or each process one device of the node; for several nodes, ``host_mesh`` and
+``gather_to_hosts`` gather the matrix onto every node.
 
 Importing jaxmg changes no global JAX setting.
 """

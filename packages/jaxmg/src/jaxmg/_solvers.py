@@ -1,4 +1,5 @@
-"""potrs, potri and syevd on sharded jax.Arrays.
+"""potrs, potri and syevd on sharded jax.Arrays (the factor objects, LU and every derivative:
+:mod:`jaxmg._factors`).
 
 Each public function validates its inputs in Python, resolves where ``A`` lives
 (:mod:`jaxmg._geometry`), and runs one ``jax.shard_map`` whose body works on local blocks:

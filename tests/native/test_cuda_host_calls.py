@@ -458,17 +458,126 @@ def test_factored_routines_on_emulator(factored, name):
     assert state["live_allocations"] == 0 and state["queued_ops"] == 0
 
 
-def test_emulator_saw_no_misuse_and_nothing_leaked(emulated):
+# --- chained on the emulator: each factor call's outputs are the next calls' inputs ----------
+# potrf's factor into potrs_factored and potri_factored, getrf's LU and returned pivot bytes
+# into getrs (N, T, C), as the jaxmg package chains them: one process makes the factors, a
+# second one reads them. With the in-place relayout the factor calls take the block layout and
+# to_cyclic, and potri_factored brings the inverse back with from_cyclic alone.
+
+CHAINS = {  # name: (dtype, n, tile, device_ids, in_place)
+    "float64-3dev": ("float64", 12, 2, [2, 0, 1], False),
+    "complex128-padded": ("complex128", 10, 4, [1, 0], False),
+    "complex64-in-place": ("complex64", 15, 2, [2, 0, 1], True),
+    "float32-1dev": ("float32", 12, 2, [0], False),
+}
+
+
+def chained_calls(factors):
+    """The calls reading each chain's factors (``factors``: its potrf and getrf results)."""
+    calls = {}
+    for name, (dtype, n, tile, ids, in_place) in CHAINS.items():
+        potrf, data = factored_case("potrf", dtype, n, tile, ids, in_place=in_place)
+        b = [np.ascontiguousarray(data["b"].T).tobytes()] * len(ids)
+        reads = dict(potrf, to_cyclic=[], nrhs=2, b=b)
+        chol, lu = factors[f"potrf-{name}"], factors[f"getrf-{name}"]
+        calls[f"potrs_factored-{name}"] = dict(reads, op="potrs_factored", a=chol["a"])
+        back = []
+        if in_place:
+            plan = jaxmg_layout.CyclicPlan.make(n, len(ids), tile)
+            back = jaxmg_layout.in_place_moves(plan).from_cyclic.reshape(-1).tolist()
+        calls[f"potri_factored-{name}"] = dict(
+            reads, op="potri_factored", a=chol["a"], nrhs=0, b=[], from_cyclic=back
+        )
+        for trans in "NTC":
+            calls[f"getrs-{trans}-{name}"] = dict(
+                reads, op="getrs", a=lu["a"], ipiv=lu["ipiv"], trans=trans
+            )
+    # A factor is block-cyclic already: to_cyclic moves with it are refused on every position.
+    dtype, n, tile, ids, _ = CHAINS["complex64-in-place"]
+    potrf, _ = factored_case("potrf", dtype, n, tile, ids, in_place=True)
+    calls["potri_factored-to_cyclic-refused"] = dict(
+        potrf, op="potri_factored", a=factors["potrf-complex64-in-place"]["a"]
+    )
+    return calls
+
+
+@pytest.fixture(scope="module")
+def chained(emulator, tmp_path_factory):
+    """The factor calls in one process, the calls reading their outputs in a second one."""
+    first = {}
+    for name, (dtype, n, tile, ids, in_place) in CHAINS.items():
+        for op in ("potrf", "getrf"):
+            first[f"{op}-{name}"] = factored_case(op, dtype, n, tile, ids, in_place=in_place)[0]
+    out1 = run_calls(emulator, list(first.values()), tmp_path_factory.mktemp("run"))
+    factors = dict(zip(first, out1["results"], strict=True))
+    second = chained_calls(factors)
+    out2 = run_calls(emulator, list(second.values()), tmp_path_factory.mktemp("run"))
+    results = dict(factors, **dict(zip(second, out2["results"], strict=True)))
+    return results, {"factors": out1["emulator"], "reads": out2["emulator"]}, first, second
+
+
+@pytest.mark.parametrize("chain", list(CHAINS))
+def test_factors_chained_on_emulator(chained, chain):
+    results, _, first, second = chained
+    dtype, n, tile, ids, in_place = CHAINS[chain]
+    _, data = factored_case("potrf", dtype, n, tile, ids, in_place=in_place)
+    _, general_data = factored_case("getrf", dtype, n, tile, ids, in_place=in_place)
+    check_factored(first[f"potrf-{chain}"], data, results[f"potrf-{chain}"])
+    check_factored(first[f"getrf-{chain}"], general_data, results[f"getrf-{chain}"])
+    check_factored(second[f"potrs_factored-{chain}"], data, results[f"potrs_factored-{chain}"])
+    for trans in "NTC":
+        name = f"getrs-{trans}-{chain}"
+        check_factored(second[name], general_data, results[name])
+    name = f"potri_factored-{chain}"
+    kwargs, result = second[name], results[name]
+    if not in_place:
+        check_factored(kwargs, data, result)
+        return
+    # From the block-cyclic factor back to the block layout: device d's columns at its offset.
+    assert result["errors"] == [""] * len(ids) and result["status"] == [0] * len(ids)
+    moves = jaxmg_layout.in_place_moves(jaxmg_layout.CyclicPlan.make(n, len(ids), tile))
+    s = n // len(ids)
+    blocks = [np.frombuffer(a, dtype).reshape(moves.width, n) for a in result["a"]]
+    got = np.concatenate(
+        [b[o : o + s].T for b, o in zip(blocks, moves.offsets, strict=True)], axis=1
+    )
+    inverse = np.linalg.inv(data["A"].astype(np.complex128))
+    np.testing.assert_allclose(
+        np.tril(got), np.tril(inverse), atol=100 * n * np.finfo(dtype).eps * np.abs(inverse).max()
+    )
+
+
+def test_factor_with_to_cyclic_is_refused_on_emulator(chained):
+    results, _, _, _ = chained
+    errors = results["potri_factored-to_cyclic-refused"]["errors"]
+    assert len(errors) == 3, errors
+    assert all(
+        "jaxmg_potri_factored: takes its factor in the block-cyclic layout" in e for e in errors
+    ), errors
+
+
+@pytest.mark.parametrize("run", ["emulated", "factored", "chained-factors", "chained-reads"])
+def test_emulator_saw_no_misuse_and_nothing_leaked(request, run):
     """What the emulator checks on every call: no violation (wrong device, unsynchronised
     stream, descriptor or workspace mismatch), every allocation freed, every stream drained.
-    The cuSolverMg handles and descriptors are cached for the process, by design."""
-    _, state = emulated
+    The cuSolverMg handles and descriptors are cached for the process, by design. One process
+    each: the routines of A, the factored ones, and the two halves of the chained calls."""
+    if run == "emulated":
+        state, calls = request.getfixturevalue("emulated")[1], len(EMULATED)
+    elif run == "factored":
+        state, calls = request.getfixturevalue("factored")[1], len(FACTORED)
+    else:
+        _, states, first, second = request.getfixturevalue("chained")
+        half = run.split("-")[1]
+        # Every call reaches the library but the refused one.
+        state = states[half]
+        calls = len(first) if half == "factors" else len(second) - 1
     assert state["violations"] == 0, state["violation_text"]
     assert state["live_allocations"] == 0
     assert state["queued_ops"] == 0
     assert state["library_busy"] == 0  # every device synchronised after each library call
     assert state["open_ipc"] == 0
-    assert state["solver_calls"] >= len(EMULATED)
+    assert state["solver_calls"] >= calls
 
 
 # --- on the emulator and, where there are enough GPUs, on real ones ---------------------------

@@ -18,10 +18,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.linalg
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import jaxmg_cuda
+import jaxmg_layout
 
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
 ROWS = P("x", None)
@@ -189,6 +191,366 @@ def test_not_positive_definite_gives_status_and_nan(devices, dtype):
     inv, status = run("potri", A, tile, devices)
     assert (status == 4).all()
     assert np.isnan(from_cyclic(inv, n, len(devices), tile)).all()
+
+
+# --- the factored routines: potrf, potrs_factored, potri_factored, getrf, getrs --------------
+# One jitted program per family and configuration: the factor call, then the calls that read
+# its factor, so each (dtype, N, T_A) compiles once and the special matrices below reuse it.
+
+
+def cyclic_rows(n, ndev, tile, width=None):
+    """For each global column, its row in the stacked [ndev * L] local buffers (to_cyclic's)."""
+    width = width or -(-(n // ndev) // tile) * tile
+    k, offset = np.divmod(np.arange(n), tile)
+    return (k % ndev) * width + (k // ndev) * tile + offset
+
+
+def general(n, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    m = rng.standard_normal((n, n))
+    if np.dtype(dtype).kind == "c":
+        m = m + 1j * rng.standard_normal((n, n))
+    return m.astype(dtype)
+
+
+@functools.cache
+def factored_program(family, tile, devices, ids):
+    """``cholesky``: (a, b) -> potrf's factor and status, potrs_factored's x and status,
+    potri_factored's inverse and status. ``lu``: (a, b) -> getrf's lu, pivots and status, then
+    getrs's x and status for trans N, T and C. Per-device results come back stacked."""
+    mesh = jax.make_mesh((len(devices),), ("x",), devices=devices)
+    kw = dict(T_A=tile, device_ids=list(ids))
+    per_device = P("x")
+
+    def cholesky(a, b):
+        pos = jax.lax.axis_index("x")
+        factor, s_f = jaxmg_cuda.mg_potrf(a, pos, **kw)
+        x, s_x = jaxmg_cuda.mg_potrs_factored(factor, b, pos, **kw)
+        inv, s_i = jaxmg_cuda.mg_potri_factored(factor, pos, **kw)
+        return factor, s_f[None], x[None], s_x[None], inv, s_i[None]
+
+    def lu(a, b):
+        pos = jax.lax.axis_index("x")
+        lu, piv, s_f = jaxmg_cuda.mg_getrf(a, pos, **kw)
+        outs = [lu, piv, s_f[None]]
+        for trans in "NTC":
+            x, s_x = jaxmg_cuda.mg_getrs(lu, piv, b, pos, trans=trans, **kw)
+            outs += [x[None], s_x[None]]
+        return tuple(outs)
+
+    if family == "cholesky":
+        local, out_specs = cholesky, (ROWS, per_device, per_device, per_device, ROWS, per_device)
+    else:
+        local, out_specs = lu, (ROWS, per_device) + (per_device,) * 7
+    fn = jax.jit(
+        jax.shard_map(local, mesh=mesh, in_specs=(ROWS, P()), out_specs=out_specs, check_vma=False)
+    )
+    return fn, mesh
+
+
+def run_factored(family, A, B, tile, devices):
+    """A's factor and the calls reading it, on ``devices``; ``B`` is [N, nrhs]. Returns numpy:
+    the factor (and for ``lu`` the global 1-based pivots) in global column order."""
+    ndev, n = len(devices), A.shape[0]
+    fn, mesh = factored_program(family, tile, tuple(devices), tuple(d.id for d in devices))
+    a = jax.device_put(to_cyclic(A, ndev, tile), NamedSharding(mesh, ROWS))
+    b = jax.device_put(np.ascontiguousarray(B.T), NamedSharding(mesh, P()))
+    outs = [np.asarray(o) for o in fn(a, b)]
+    outs[0] = from_cyclic(outs[0], n, ndev, tile)
+    if family == "cholesky":
+        outs[4] = from_cyclic(outs[4], n, ndev, tile)
+    else:
+        outs[1] = outs[1][cyclic_rows(n, ndev, tile)]
+    return outs
+
+
+def check_solutions(op_a, xs, B, exact=True):
+    """Every device's x (stacked [ndev, nrhs, N]) solves op_a x = B: a small scaled residual,
+    and (``exact``) close to numpy's solution within the forward error bound."""
+    dtype, n = op_a.dtype, op_a.shape[0]
+    wide = op_a.astype(np.complex128 if dtype.kind == "c" else np.float64)
+    reference = np.linalg.solve(wide, B)
+    bound = 30 * n * eps(dtype) * np.linalg.cond(wide)
+    for xd in xs:
+        assert scaled_residual(op_a, xd.T, B) < 30
+        if exact:
+            assert np.linalg.norm(xd.T - reference) <= bound * np.linalg.norm(reference)
+
+
+def check_lu(A, lu, ipiv):
+    """P L U = A: ``ipiv`` (1-based) applied to A's rows in order, L unit lower, U upper."""
+    n = A.shape[0]
+    assert ((ipiv >= np.arange(1, n + 1)) & (ipiv <= n)).all()  # LAPACK: ipiv[i] >= i
+    PA = A.copy()
+    for i, p in enumerate(ipiv - 1):
+        PA[[i, p]] = PA[[p, i]]
+    L, U = np.tril(lu, -1) + np.eye(n, dtype=lu.dtype), np.triu(lu)
+    assert np.linalg.norm(L @ U - PA) / (np.linalg.norm(A) * n * eps(A.dtype)) < 30
+
+
+def rhs(n, dtype, nrhs=2):
+    return np.random.default_rng(7).standard_normal((n, nrhs)).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_potrf_potrs_potri_factored(devices, dtype):
+    for n, tile in sizes(len(devices)):
+        A, B = hermitian_pd(n, dtype, seed=n), rhs(n, dtype)
+        factor, s_f, x, s_x, inv, s_i = run_factored("cholesky", A, B, tile, devices)
+        assert (s_f == 0).all() and (s_x == 0).all() and (s_i == 0).all()
+        np.testing.assert_allclose(np.tril(factor), np.linalg.cholesky(A), atol=1e3 * eps(dtype))
+        check_solutions(A, x, B)
+        expected = np.linalg.inv(A.astype(np.complex128))
+        np.testing.assert_allclose(
+            np.tril(inv), np.tril(expected), atol=100 * n * eps(dtype) * np.abs(expected).max()
+        )
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_getrf_getrs(devices, dtype):
+    double = np.dtype(dtype) in (np.float64, np.complex128)
+    for n, tile in sizes(len(devices)):
+        A, B = general(n, dtype, seed=n), rhs(n, dtype)
+        lu, ipiv, s_f, *solves = run_factored("lu", A, B, tile, devices)
+        assert (s_f == 0).all()
+        check_lu(A, lu, ipiv)
+        if double:  # the same LAPACK on the same matrix: the same interchanges
+            np.testing.assert_array_equal(ipiv, scipy.linalg.lu_factor(A)[1] + 1)
+        for trans, x, s_x in zip("NTC", solves[::2], solves[1::2], strict=True):
+            assert (s_x == 0).all()
+            check_solutions({"N": A, "T": A.T, "C": A.conj().T}[trans], x, B)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_getrf_getrs_pivoting_and_ill_conditioned(devices, dtype):
+    """A zero leading entry (and zeros above the middle of column 0: the first pivot is a row
+    of the lower half), then a matrix of condition ~1/(1000 eps): the residual stays small."""
+    n, tile = sizes(len(devices))[0]
+    B = rhs(n, dtype)
+    A = general(n, dtype, seed=3)
+    A[: n // 2, 0] = 0
+    q1, _ = np.linalg.qr(general(n, dtype, seed=5))
+    q2, _ = np.linalg.qr(general(n, dtype, seed=6))
+    digits = -np.log10(1e3 * eps(dtype))
+    ill = ((q1 * np.logspace(0, -digits, n)) @ q2).astype(dtype)
+    for M, exact in ((A, True), (ill, False)):
+        lu, ipiv, s_f, *solves = run_factored("lu", M, B, tile, devices)
+        assert (s_f == 0).all()
+        check_lu(M, lu, ipiv)
+        if M is A:
+            assert ipiv[0] > n // 2
+        for trans, x, s_x in zip("NTC", solves[::2], solves[1::2], strict=True):
+            assert (s_x == 0).all()
+            check_solutions({"N": M, "T": M.T, "C": M.conj().T}[trans], x, B, exact=exact)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex64])
+def test_getrf_exactly_singular_gives_status_and_nan(devices, dtype):
+    """A zero column makes U's pivot there exactly zero: status is LAPACK's 1-based index of
+    it (as scipy's getrf reports) on every device, and lu is NaN."""
+    n, tile = sizes(len(devices))[0]
+    A = general(n, dtype, seed=8)
+    A[:, n - 3] = 0
+    getrf = scipy.linalg.get_lapack_funcs("getrf", (A,))
+    info = getrf(A)[2]
+    assert info == n - 2
+    lu, _, s_f, *_ = run_factored("lu", A, rhs(n, dtype), tile, devices)
+    assert (s_f == info).all()
+    assert np.isnan(lu).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex64])
+def test_potrf_not_positive_definite_gives_status_and_nan(devices, dtype):
+    n, tile = sizes(len(devices))[0]
+    A = hermitian_pd(n, dtype)
+    A[3, 3] = -100  # leading minor of order 4 is not positive definite
+    factor, s_f, *_ = run_factored("cholesky", A, rhs(n, dtype), tile, devices)
+    assert (s_f == 4).all()
+    assert np.isnan(factor).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex64])
+def test_factors_from_the_in_place_relayout(cpu_devices, dtype):
+    """potrf and getrf given the block layout and jaxmg_layout's to_cyclic moves leave their
+    factor block-cyclic in the same buffers; the solves read it there, and potri_factored
+    brings the inverse back to the block layout with from_cyclic alone. N = 5 ndev, T_A = 2:
+    tiles that do not divide the shard, so the blocks sit at offsets and tiles cross devices."""
+    ndev = len(cpu_devices)
+    n, tile = 5 * ndev, 2
+    moves = jaxmg_layout.in_place_moves(jaxmg_layout.CyclicPlan.make(n, ndev, tile))
+    both, back = (moves.to_cyclic, moves.from_cyclic), (None, moves.from_cyclic)
+    mesh = jax.make_mesh((ndev,), ("x",), devices=cpu_devices)
+    kw = dict(T_A=tile, device_ids=[d.id for d in cpu_devices])
+
+    def local(spd, a, b):
+        pos = jax.lax.axis_index("x")
+        factor, s_c = jaxmg_cuda.mg_potrf(spd, pos, moves=both, **kw)
+        x_c, _ = jaxmg_cuda.mg_potrs_factored(factor, b, pos, **kw)
+        inv, _ = jaxmg_cuda.mg_potri_factored(factor, pos, moves=back, **kw)
+        lu, piv, s_l = jaxmg_cuda.mg_getrf(a, pos, moves=both, **kw)
+        x_l, _ = jaxmg_cuda.mg_getrs(lu, piv, b, pos, trans="C", **kw)
+        return factor, inv, lu, piv, s_c[None], s_l[None], x_c[None], x_l[None]
+
+    fn = jax.jit(
+        jax.shard_map(
+            local,
+            mesh=mesh,
+            in_specs=(ROWS, ROWS, P()),
+            out_specs=(ROWS,) * 3 + (P("x"),) * 5,
+            check_vma=False,
+        )
+    )
+    s = n // ndev
+
+    def blocks(M):  # device d's [W, N] buffer: its columns of M at its offset
+        out = np.zeros((ndev, moves.width, n), M.dtype)
+        for d, offset in enumerate(moves.offsets):
+            out[d, offset : offset + s] = M[:, d * s : (d + 1) * s].T
+        return jax.device_put(out.reshape(-1, n), NamedSharding(mesh, ROWS))
+
+    A, G, B = hermitian_pd(n, dtype, seed=2), general(n, dtype, seed=2), rhs(n, dtype)
+    b = jax.device_put(np.ascontiguousarray(B.T), NamedSharding(mesh, P()))
+    outs = [np.asarray(o) for o in fn(blocks(A), blocks(G), b)]
+    factor, inv, lu, piv, s_c, s_l, x_c, x_l = outs
+    assert (s_c == 0).all() and (s_l == 0).all()
+    cyclic = functools.partial(from_cyclic, n=n, ndev=ndev, tile=tile, width=moves.width)
+    np.testing.assert_allclose(
+        np.tril(cyclic(factor)), np.linalg.cholesky(A), atol=1e3 * eps(dtype)
+    )
+    check_lu(G, cyclic(lu), piv[cyclic_rows(n, ndev, tile, moves.width)])
+    check_solutions(A, x_c, B)
+    check_solutions(G.conj().T, x_l, B)
+    inv = inv.reshape(ndev, moves.width, n)
+    inv = np.concatenate([inv[d, o : o + s].T for d, o in enumerate(moves.offsets)], axis=1)
+    expected = np.linalg.inv(A.astype(np.complex128))
+    np.testing.assert_allclose(
+        np.tril(inv), np.tril(expected), atol=100 * n * eps(dtype) * np.abs(expected).max()
+    )
+
+
+def _misuse(cpu_devices, local, n_out):
+    """Runs ``local(a, b)`` (a: [4 ndev, 4 ndev] float64 rows, b: [1, N]) under shard_map."""
+    ndev = len(cpu_devices)
+    mesh = jax.make_mesh((ndev,), ("x",), devices=cpu_devices)
+    a = jax.device_put(to_cyclic(np.eye(4 * ndev), ndev, 2), NamedSharding(mesh, ROWS))
+    b = jax.device_put(np.ones((1, 4 * ndev)), NamedSharding(mesh, P()))
+    fn = jax.jit(
+        jax.shard_map(
+            local, mesh=mesh, in_specs=(ROWS, P()), out_specs=(P(),) * n_out, check_vma=False
+        )
+    )
+    return jax.block_until_ready(fn(a, b))
+
+
+def _raw(target, outs, aliases, *args, ndev, moves, **attrs):
+    """A factored target called with relayout moves (its Python wrapper takes none)."""
+    flat = np.asarray(moves, np.int64).reshape(-1)
+    call = jax.ffi.ffi_call(target, outs, input_output_aliases=aliases, vmap_method="sequential")
+    return call(
+        *args,
+        T_A=np.int64(2),
+        device_ids=np.arange(ndev, dtype=np.int64),
+        call_id=np.int64(next(_RAW_CALL_IDS)),
+        job=np.int64(0),
+        pids=np.zeros(ndev, np.int64),
+        to_cyclic=flat,
+        from_cyclic=np.zeros(0, np.int64),
+        **attrs,
+    )
+
+
+_RAW_CALL_IDS = iter(range(1 << 40, 1 << 41))
+MOVE = [[0, 0, 2, 2]]  # refused before the moves themselves are read
+STATUS = jax.ShapeDtypeStruct((1,), jnp.int32)
+
+
+@pytest.mark.parametrize("target", ["potrs_factored", "getrs", "potri_factored"])
+def test_factored_calls_refuse_relayout_moves(cpu_devices, target):
+    """A factor is block-cyclic already: moving its columns again would scramble it."""
+    ndev = len(cpu_devices)
+
+    def local(a, b):
+        pos = jax.lax.axis_index("x")
+        x = jax.ShapeDtypeStruct(b.shape, b.dtype)
+        if target == "potrs_factored":
+            outs = _raw(f"jaxmg_{target}", (x, STATUS), {1: 0}, a, b, pos, ndev=ndev, moves=MOVE)
+        elif target == "getrs":
+            piv = jnp.ones((a.shape[0],), jnp.int32)
+            outs = _raw(
+                f"jaxmg_{target}",
+                (x, STATUS),
+                {2: 0},
+                a,
+                piv,
+                b,
+                pos,
+                ndev=ndev,
+                moves=MOVE,
+                trans=np.int64(ord("N")),
+            )
+        else:
+            inv = jax.ShapeDtypeStruct(a.shape, a.dtype)
+            outs = _raw(f"jaxmg_{target}", (inv, STATUS), {0: 0}, a, pos, ndev=ndev, moves=MOVE)
+        return tuple(o[None] for o in outs)
+
+    message = f"jaxmg_{target}: takes its factor in the block-cyclic layout"
+    with pytest.raises(Exception, match=message):
+        _misuse(cpu_devices, local, 2)
+    assert jaxmg_cuda.open_meetings() == 0
+
+
+@pytest.mark.parametrize("extra", [1, -1])
+def test_getrs_refuses_wrong_pivot_shapes(cpu_devices, extra):
+    ndev = len(cpu_devices)
+    width = 4  # N / ndev = 4 columns a device, T_A = 2
+
+    def local(a, b):
+        pos = jax.lax.axis_index("x")
+        piv = jnp.ones((width + extra,), jnp.int32)
+        x, s = jaxmg_cuda.mg_getrs(a, piv, b, pos, T_A=2, device_ids=list(range(ndev)))
+        return x[None], s[None]
+
+    message = f"the pivots must be int32 \\[L={width}\\], got {width + extra} elements"
+    with pytest.raises(Exception, match=message):
+        _misuse(cpu_devices, local, 2)
+    assert jaxmg_cuda.open_meetings() == 0
+
+
+def test_getrs_refuses_unknown_trans(cpu_devices):
+    """In Python, and (a raw call) in the native check."""
+    ndev = len(cpu_devices)
+    with pytest.raises(ValueError, match="trans must be 'N', 'T' or 'C', got 'X'"):
+        jaxmg_cuda.mg_getrs(
+            jnp.eye(2),
+            jnp.ones(2, jnp.int32),
+            jnp.ones((1, 2)),
+            0,
+            T_A=2,
+            device_ids=[0],
+            trans="X",
+        )
+
+    def local(a, b):
+        pos = jax.lax.axis_index("x")
+        x = jax.ShapeDtypeStruct(b.shape, b.dtype)
+        piv = jnp.ones((a.shape[0],), jnp.int32)
+        outs = _raw(
+            "jaxmg_getrs",
+            (x, STATUS),
+            {2: 0},
+            a,
+            piv,
+            b,
+            pos,
+            ndev=ndev,
+            moves=[],
+            trans=np.int64(ord("X")),
+        )
+        return tuple(o[None] for o in outs)
+
+    with pytest.raises(Exception, match="trans must be 'N', 'T' or 'C' \\(as its character"):
+        _misuse(cpu_devices, local, 2)
+    assert jaxmg_cuda.open_meetings() == 0
 
 
 def test_handlers_run_concurrently(cpu_devices):

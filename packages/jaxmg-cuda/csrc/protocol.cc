@@ -56,6 +56,12 @@ std::string CheckOperands(const Operands& o, int32_t position, int max_participa
   }
   if (r.result == Result::kUnchanged && (o.to_cyclic.size() != 0 || o.from_cyclic.size() != 0))
     return err.str() + "takes its factor in the block-cyclic layout: no relayout moves";
+  // A routine that starts from a factor (potri_factored) has no input to bring to the
+  // block-cyclic layout: to_cyclic moves would scramble the factor.
+  const Step first = r.steps.front();
+  if ((first == Step::kPotrs || first == Step::kPotri || first == Step::kGetrs) &&
+      o.to_cyclic.size() != 0)
+    return err.str() + "takes its factor in the block-cyclic layout: no to_cyclic moves";
   error = CheckMoves(o.target, "to_cyclic", o.to_cyclic, p);
   if (error.empty()) error = CheckMoves(o.target, "from_cyclic", o.from_cyclic, p);
   if (!error.empty()) return error;

@@ -69,11 +69,11 @@ def size():
     return 4 * jax.device_count()
 
 
-def tolerances(dtype):
-    return dict(atol=1e-5, rtol=1e-5, eps=1e-4)
+# check_grads: finite differences in float64 (every case here is double precision).
+GRADS = dict(atol=1e-5, rtol=1e-5, eps=1e-4)
 
 
-def close(got, want, dtype, scale=1.0):
+def close(got, want, scale=1.0):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-8, atol=1e-9 * scale)
 
 
@@ -95,9 +95,9 @@ def test_potrs_and_logdet(mesh, dtype, form, relayout, T_A):
 
     a, b = put(a0, mesh, spec), jnp.asarray(b0)
     x, logdet = solve(a, b)
-    close(x, np.linalg.solve(a0, b0), dtype)
-    close(logdet, np.linalg.slogdet(a0)[1], dtype, scale=n)
-    check_grads(solve, (a, b), order=1, modes=("fwd", "rev"), **tolerances(dtype))
+    close(x, np.linalg.solve(a0, b0))
+    close(logdet, np.linalg.slogdet(a0)[1], scale=n)
+    check_grads(solve, (a, b), order=1, modes=("fwd", "rev"), **GRADS)
 
     def loss(fn):
         def scalar(s, b):
@@ -109,7 +109,7 @@ def test_potrs_and_logdet(mesh, dtype, form, relayout, T_A):
     got = jax.jit(loss(solve))(a, b)
     want = loss(reference)(jnp.asarray(a0), b)
     for g, w in zip(got, want, strict=True):
-        close(g, w, dtype)
+        close(g, w)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -123,9 +123,7 @@ def test_potrs_second_order(mesh, dtype, form):
         x, logdet = jaxmg.potrs(herm(s), b, return_logdet=True, mesh=mesh, in_specs=spec)
         return jnp.sum(jnp.abs(x) ** 2) + logdet
 
-    check_grads(
-        solve, (put(a0, mesh, spec), jnp.asarray(b0)), order=2, modes=("rev",), **tolerances(dtype)
-    )
+    check_grads(solve, (put(a0, mesh, spec), jnp.asarray(b0)), order=2, modes=("rev",), **GRADS)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -138,14 +136,14 @@ def test_cho_factor_and_solve(mesh, dtype, form, relayout, T_A):
     kw = dict(T_A=T_A, mesh=mesh, in_specs=spec, relayout=relayout)
     factor = jaxmg.cho_factor(put(a0, mesh, spec), **kw)
     assert int(factor.status) == 0
-    close(factor.logdet, np.linalg.slogdet(a0)[1], dtype, scale=n)
+    close(factor.logdet, np.linalg.slogdet(a0)[1], scale=n)
     # Many right-hand sides over time, one factor: eagerly, and passed into jit.
     solve = jax.jit(jaxmg.cho_solve)
     for seed in range(3):
         b0 = random(n, dtype, 10 + seed, cols=seed + 1)[:, : seed + 1]
-        close(solve(factor, jnp.asarray(b0)), np.linalg.solve(a0, b0), dtype)
+        close(solve(factor, jnp.asarray(b0)), np.linalg.solve(a0, b0))
     vector = random(n, dtype, 20, cols=1)[:, 0]
-    close(jaxmg.cho_solve(factor, jnp.asarray(vector)), np.linalg.solve(a0, vector), dtype)
+    close(jaxmg.cho_solve(factor, jnp.asarray(vector)), np.linalg.solve(a0, vector))
 
     def through_factor(s, b):
         f = jaxmg.cho_factor(herm(s), **kw)
@@ -153,7 +151,7 @@ def test_cho_factor_and_solve(mesh, dtype, form, relayout, T_A):
 
     b0 = random(n, dtype, 2, cols=2)
     args = (put(a0, mesh, spec), jnp.asarray(b0))
-    check_grads(through_factor, args, order=1, modes=("fwd", "rev"), **tolerances(dtype))
+    check_grads(through_factor, args, order=1, modes=("fwd", "rev"), **GRADS)
 
     def reference(s, b):
         h = herm(s)
@@ -166,7 +164,7 @@ def test_cho_factor_and_solve(mesh, dtype, form, relayout, T_A):
     got = jax.jit(jax.grad(scalar, argnums=(0, 1)))(*args)
     want = jax.grad(reference, argnums=(0, 1))(jnp.asarray(a0), jnp.asarray(b0))
     for g, w in zip(got, want, strict=True):
-        close(g, w, dtype)
+        close(g, w)
 
 
 def test_factor_objects_cross_jit_boundaries(mesh):
@@ -179,12 +177,12 @@ def test_factor_objects_cross_jit_boundaries(mesh):
     leaves = jax.tree_util.tree_leaves(factor)
     assert len(leaves) == 3  # factor, matrix, status: the rest is static
     x = jax.jit(lambda f, b: jaxmg.cho_solve(f, b))(factor, jnp.asarray(b0))
-    close(x, np.linalg.solve(a0, b0), np.float64)
+    close(x, np.linalg.solve(a0, b0))
     g0 = general(n, np.float64)
     lu = jax.jit(lambda a: jaxmg.lu_factor(a, mesh=mesh, in_specs=spec))(put(g0, mesh, spec))
     assert isinstance(lu, jaxmg.LUFactor) and int(lu.status) == 0
     x = jax.jit(lambda f, b: jaxmg.lu_solve(f, b, trans=1))(lu, jnp.asarray(b0))
-    close(x, np.linalg.solve(g0.T, b0), np.float64)
+    close(x, np.linalg.solve(g0.T, b0))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -202,8 +200,8 @@ def test_lu_solve(mesh, dtype, form, trans):
     a = put(a0, mesh, spec)
     x, status = jaxmg.lu_solve(a, jnp.asarray(b0), T_A=3, trans=trans, return_status=True)
     assert int(status) == 0
-    close(x, np.linalg.solve(np.asarray(op(a0)), b0), dtype)
-    check_grads(solve, (a, jnp.asarray(b0)), order=1, modes=("fwd", "rev"), **tolerances(dtype))
+    close(x, np.linalg.solve(np.asarray(op(a0)), b0))
+    check_grads(solve, (a, jnp.asarray(b0)), order=1, modes=("fwd", "rev"), **GRADS)
 
     def scalar(fn):
         return jax.grad(lambda s, b: jnp.sum(jnp.abs(fn(s, b)) ** 2), argnums=(0, 1))
@@ -211,7 +209,7 @@ def test_lu_solve(mesh, dtype, form, trans):
     got = jax.jit(scalar(solve))(a, jnp.asarray(b0))
     want = scalar(lambda s, b: jnp.linalg.solve(op(s), b))(jnp.asarray(a0), jnp.asarray(b0))
     for g, w in zip(got, want, strict=True):
-        close(g, w, dtype)
+        close(g, w)
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -225,7 +223,7 @@ def test_lu_pivots_ill_conditioning_and_singularity(mesh, form):
     b0 = rng.standard_normal((n, 2))
     factor = jaxmg.lu_factor(put(a0, mesh, spec), T_A=3)
     x = jaxmg.lu_solve(factor, jnp.asarray(b0))
-    close(x, np.linalg.solve(a0, b0), np.float64, scale=np.linalg.cond(a0))
+    close(x, np.linalg.solve(a0, b0), scale=np.linalg.cond(a0))
     # Ill-conditioned (cond ~ 1e12): the backward error stays at the level of eps.
     u, _, vt = np.linalg.svd(rng.standard_normal((n, n)))
     ill = u @ np.diag(np.logspace(0, -12, n)) @ vt
@@ -254,16 +252,12 @@ def test_potri_derivatives(mesh, dtype, form):
         return jaxmg.potri(herm(s), T_A=3, mesh=mesh, in_specs=spec)
 
     a = put(a0, mesh, spec)
-    check_grads(inverse, (a,), order=1, modes=("fwd", "rev"), **tolerances(dtype))
+    check_grads(inverse, (a,), order=1, modes=("fwd", "rev"), **GRADS)
 
     def scalar(fn):
         return jax.grad(lambda s: jnp.real(jnp.sum(fn(s) * weights)))
 
-    close(
-        jax.jit(scalar(inverse))(a),
-        scalar(lambda s: jnp.linalg.inv(herm(s)))(jnp.asarray(a0)),
-        dtype,
-    )
+    close(jax.jit(scalar(inverse))(a), scalar(lambda s: jnp.linalg.inv(herm(s)))(jnp.asarray(a0)))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -285,18 +279,18 @@ def test_syevd_derivatives(mesh, dtype, form):
 
     solver = invariant(lambda h: jaxmg.syevd(h, T_A=3, mesh=mesh, in_specs=spec))
     a = put(a0, mesh, spec)
-    check_grads(solver, (a,), order=1, modes=("fwd", "rev"), **tolerances(dtype))
+    check_grads(solver, (a,), order=1, modes=("fwd", "rev"), **GRADS)
 
     def values_only(s):
         return jaxmg.syevd(herm(s), mesh=mesh, in_specs=spec, return_eigenvectors=False)
 
-    check_grads(values_only, (a,), order=1, modes=("fwd", "rev"), **tolerances(dtype))
+    check_grads(values_only, (a,), order=1, modes=("fwd", "rev"), **GRADS)
 
     def scalar(fn):
         return jax.grad(lambda s: sum(jnp.sum(o) for o in fn(s)))
 
     reference = invariant(jnp.linalg.eigh)
-    close(jax.jit(scalar(solver))(a), scalar(reference)(jnp.asarray(a0)), dtype)
+    close(jax.jit(scalar(solver))(a), scalar(reference)(jnp.asarray(a0)))
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -381,4 +375,4 @@ def test_explicit_axes_differentiate_with_respect_to_a(form):
         got = jax.jit(jax.grad(ours))(a)
         want = jax.grad(lambda s, f=theirs: f(herm(s)))(jnp.asarray(a0))
         assert got.sharding.spec == spec, name
-        close(got, want, np.float64)
+        close(got, want)

@@ -54,14 +54,12 @@ std::string CheckOperands(const Operands& o, int32_t position, int max_participa
     err << "trans must be 'N', 'T' or 'C' (as its character code), got " << int{o.trans};
     return err.str();
   }
-  if (r.result == Result::kUnchanged && (o.to_cyclic.size() != 0 || o.from_cyclic.size() != 0))
-    return err.str() + "takes its factor in the block-cyclic layout: no relayout moves";
-  // A routine that starts from a factor (potri_factored) has no input to bring to the
-  // block-cyclic layout: to_cyclic moves would scramble the factor.
-  const Step first = r.steps.front();
-  if ((first == Step::kPotrs || first == Step::kPotri || first == Step::kGetrs) &&
-      o.to_cyclic.size() != 0)
+  // A factor is block-cyclic already: to_cyclic moves would scramble it, and one that is only
+  // read has no result to move back.
+  if (r.StartsFromFactor() && o.to_cyclic.size() != 0)
     return err.str() + "takes its factor in the block-cyclic layout: no to_cyclic moves";
+  if (r.result == Result::kUnchanged && o.from_cyclic.size() != 0)
+    return err.str() + "takes its factor in the block-cyclic layout: no from_cyclic moves";
   error = CheckMoves(o.target, "to_cyclic", o.to_cyclic, p);
   if (error.empty()) error = CheckMoves(o.target, "from_cyclic", o.from_cyclic, p);
   if (!error.empty()) return error;

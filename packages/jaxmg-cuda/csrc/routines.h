@@ -63,6 +63,12 @@ struct Routine {
         eigenvalues(extra & kEigenvalues),
         result(result) {}
 
+  // Starts from a factor a previous call made (potrs_factored, potri_factored, getrs).
+  bool StartsFromFactor() const {
+    const Step first = steps.front();
+    return first == Step::kPotrs || first == Step::kPotri || first == Step::kGetrs;
+  }
+
   Op op;
   std::string name;         // for messages: "potrs"
   std::string target;       // the FFI target: "jaxmg_potrs"

@@ -10,6 +10,7 @@
 #include "lapack_twin.h"
 #include "rendezvous.h"
 #include "routines.h"
+#include "scalapack.h"
 #include "testing.h"
 #ifdef JAXMG_WITH_CUDA
 #include "cuda_targets.h"
@@ -40,6 +41,13 @@ PYBIND11_MODULE(_jaxmg_cuda, m) {
     for (const auto& [name, handler] : jaxmg::Targets(/*cuda=*/true)) d[name] = Capsule(handler);
     return d;
   });
+  m.def("mp_targets", [] {
+    py::dict d;
+    for (const auto& [name, handler] : jaxmg::MpTargets()) d[name.c_str()] = Capsule(handler);
+    return d;
+  });
+  m.def("scalapack_missing", [] { return jaxmg::ScalapackMissing(); },
+        "'' when ScaLAPACK and BLACS are loaded in this process, else the missing symbols.");
   m.def("has_cuda", [] {
 #ifdef JAXMG_WITH_CUDA
     return true;

@@ -1,5 +1,6 @@
 // The native entry of every routine: its row of the table (routines.h), its operands and its
-// FFI handlers, one for the CPU twin and one for cuSolverMg, bound from one description.
+// FFI handlers, bound from one description: the CPU twin and cuSolverMg (backend "mg", the
+// target jaxmg_<name>), and ScaLAPACK over MPI (backend "mp", jaxmg_mp_<name>, scalapack.h).
 #include "routines.h"
 
 #include <cstdint>
@@ -8,6 +9,7 @@
 
 #include "platforms.h"
 #include "protocol.h"
+#include "scalapack.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jaxmg {
@@ -227,7 +229,23 @@ struct Entry<Build> {
     return RunOnCuda(Finish(Build(at, args...), at, run), stream, ordinal, scratch);
   }
 #endif
+  // Backend "mp": the grid instead of the devices, the processes and the moves; `position` is
+  // the flat grid position.
+  static ffi::Error Mp(Args... args, int64_t tile, int64_t n, Span grid, int64_t call_id) {
+    const Attrs at{tile, Span(), call_id, 0, Span(), Span(), Span()};
+    if (grid.size() != 2) return Fail("grid must be (rows, cols)");
+    return RunOnScalapack(Build(at, args...), MpGrid{n, grid[0], grid[1]});
+  }
 };
+
+template <typename B>
+auto WithMpAttrs(B b) {
+  return std::move(b)
+      .template Attr<int64_t>("T_A")
+      .template Attr<int64_t>("n")
+      .template Attr<Span>("grid")  // (rows, cols) of the process grid
+      .template Attr<int64_t>("call_id");
+}
 
 template <typename B>
 auto WithAttrs(B b) {
@@ -242,6 +260,7 @@ auto WithAttrs(B b) {
 }
 
 auto CpuContext() { return ffi::Ffi::Bind().Ctx<ffi::RunId>(); }
+auto MpContext() { return ffi::Ffi::Bind(); }
 // Never declare the command-buffer trait: a handler meets other devices' handlers.
 auto CudaContext() {
   return ffi::Ffi::Bind()
@@ -264,9 +283,13 @@ auto CudaContext() {
 #else
 #define JAXMG_CUDA_TARGET(Name)
 #endif
+#define JAXMG_MP_TARGET(Name)                                                   \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgMp##Name##Cpu, jaxmg::Entry<jaxmg::Name>::Mp, \
+                                jaxmg::WithMpAttrs(jaxmg::Name##Binding(jaxmg::MpContext())))
 #define JAXMG_TARGET(Name) \
   JAXMG_CPU_TARGET(Name);  \
-  JAXMG_CUDA_TARGET(Name)
+  JAXMG_CUDA_TARGET(Name); \
+  JAXMG_MP_TARGET(Name)
 
 JAXMG_TARGET(Potrs);
 JAXMG_TARGET(Potri);
@@ -300,6 +323,22 @@ std::vector<std::pair<const char*, void*>> Targets(bool cuda) {
   add(Op::kGetrs, JAXMG_BOTH(Getrs));
 #undef JAXMG_BOTH
   if (cuda && out.front().second == nullptr) out.clear();
+  return out;
+}
+
+std::vector<std::pair<std::string, void*>> MpTargets() {
+  std::vector<std::pair<std::string, void*>> out;
+  auto add = [&](Op op, auto* handler) {
+    out.emplace_back("jaxmg_mp_" + RoutineOf(op).name, reinterpret_cast<void*>(handler));
+  };
+  add(Op::kPotrs, JaxmgMpPotrsCpu);
+  add(Op::kPotri, JaxmgMpPotriCpu);
+  add(Op::kSyevd, JaxmgMpSyevdCpu);
+  add(Op::kPotrf, JaxmgMpPotrfCpu);
+  add(Op::kPotrsFactored, JaxmgMpPotrsFactoredCpu);
+  add(Op::kPotriFactored, JaxmgMpPotriFactoredCpu);
+  add(Op::kGetrf, JaxmgMpGetrfCpu);
+  add(Op::kGetrs, JaxmgMpGetrsCpu);
   return out;
 }
 

@@ -1,0 +1,43 @@
+// The distributed engine of backend "mp" on CPUs: ScaLAPACK over MPI, one process per mesh
+// position, every process calling the library on its own local array (SPMD), unlike the
+// leader of cuSolverMg's protocol. The library is MKL's (pip `mkl`, with BLACS over MPICH's
+// `libmpi`), opened by Python with RTLD_GLOBAL before the first call (jaxmg_cuda.mp) and found
+// here with dlsym.
+#ifndef JAXMG_SCALAPACK_H_
+#define JAXMG_SCALAPACK_H_
+
+#include <cstdint>
+#include <string>
+
+#include "protocol.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace jaxmg {
+
+// The process grid of one call: `rows x cols` processes, each at the grid position its
+// `position` operand names (row-major: r * cols + c; lax.axis_index of the mesh), which the
+// processes tell each other at the call: no process needs to know the others' MPI ranks. The
+// matrix is N x N in square tiles of `tile` (2D block-cyclic from grid position (0, 0),
+// ScaLAPACK's descriptor with RSRC = CSRC = 0).
+struct MpGrid {
+  int64_t n = 0;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+// One process's part of a call. The operands are those of the routine's cuSolverMg target
+// (routines.cc) with these layouts:
+//   a     [C, LLD] row-major: the column-major local array of the 2D block-cyclic layout,
+//         leading dimension LLD >= the local row count, C >= the local column count
+//         (processes pass equal shapes: the largest, padded);
+//   b / x [nrhs, N], the same on every process (x comes back on every process);
+//   ipiv  int32 [>= local rows + tile]: ScaLAPACK's distributed pivots (getrf, getrs);
+//   w     [N] real (syevd), on every process.
+ffi::Error RunOnScalapack(const Operands& operands, const MpGrid& grid);
+
+// "" when the ScaLAPACK and BLACS symbols are loaded in this process, else what is missing.
+std::string ScalapackMissing();
+
+}  // namespace jaxmg
+
+#endif  // JAXMG_SCALAPACK_H_

@@ -1,0 +1,230 @@
+"""Backend "mp" on CPUs: ScaLAPACK over MPI, one process per mesh position.
+
+The targets ``jaxmg_mp_<routine>`` are registered for the CPU at import; the library itself is
+MKL's ScaLAPACK with BLACS over MPICH, from pip (``pip install 'jaxmg[mpi]'``: ``mkl``,
+``mpich``, ``mpi4py``), opened by :func:`load` before the first call. Processes are started
+by ``mpiexec -n P`` and every one of them takes part in every call (the grid holds every MPI
+process of the job).
+
+Local arrays (the wrappers run inside ``jax.shard_map``, one device per process): ``a`` is
+``[C, LLD]``, the column-major storage of this process's part of the 2D block-cyclic layout
+with square tiles ``T_A`` over a ``rows x cols`` process grid (``jaxmg_layout.BlockCyclic2D``),
+``LLD`` at least the local row count and ``C`` at least the local column count: every process
+passes the same, largest, shape. On a ``1 x P`` grid that is exactly the ``[L, N]`` tile array
+of the ``mg`` targets. ``b``/``x`` are ``[nrhs, N]``, the same on every process; ``w`` is
+``[N]``; pivots are ScaLAPACK's distributed ``ipiv``, ``[LLD + T_A]`` per process.
+
+The wrappers take the arguments of the ``mg`` wrappers (:mod:`jaxmg_cuda`), so that one caller
+serves both: ``device_ids`` is accepted and unused, ``moves`` must be empty (the relayout runs
+in JAX before the call), and ``grid`` (``(rows, cols)``) replaces ``job``/``pids``. ``position``
+is this process's flat grid position ``r * cols + c`` (from ``lax.axis_index``); the processes
+tell each other their positions at the call, so no process needs the others' MPI ranks.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.metadata
+import itertools
+import os
+import pathlib
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _jaxmg_cuda
+
+# A new id per traced call, the same on every process (they trace the same program): the
+# processes agree on the order of calls by it (csrc/scalapack.cc).
+_call_ids = itertools.count(1)
+
+#: The wheels' libraries, in dependency order: MPICH's libmpi (for BLACS), then MKL's core,
+#: threading layer, interface, BLACS for MPICH/Intel MPI and ScaLAPACK.
+LIBRARIES = (
+    ("mpich", "libmpi.so.12"),
+    ("mkl", "libmkl_core.so.3"),
+    ("mkl", "libmkl_sequential.so.3"),
+    ("mkl", "libmkl_intel_lp64.so.3"),
+    ("mkl", "libmkl_blacs_intelmpi_lp64.so.2"),
+    ("mkl", "libmkl_scalapack_lp64.so.2"),
+)
+
+_handles: list = []
+
+
+def _register_targets() -> None:
+    for name, capsule in _jaxmg_cuda.mp_targets().items():
+        jax.ffi.register_ffi_target(name, capsule, platform="cpu")
+
+
+_register_targets()
+
+
+def _find(distribution: str, name: str) -> pathlib.Path | None:
+    """Where ``name`` is: in the files of the pip ``distribution``, else in ``sys.prefix/lib``."""
+    stem = name.split(".so")[0] + ".so"
+    try:
+        files = importlib.metadata.files(distribution) or []
+    except importlib.metadata.PackageNotFoundError:
+        files = []
+    found = [f for f in files if pathlib.PurePath(str(f)).name.startswith(stem)]
+    exact = [f for f in found if pathlib.PurePath(str(f)).name == name]
+    for f in exact or found:
+        path = pathlib.Path(f.locate())
+        if path.exists():
+            return path
+    fallback = pathlib.Path(sys.prefix) / "lib" / name
+    return fallback if fallback.exists() else None
+
+
+def loaded() -> bool:
+    """Whether ScaLAPACK and BLACS are loaded in this process."""
+    return not _jaxmg_cuda.scalapack_missing()
+
+
+def load() -> None:
+    """Initialise MPI (through ``mpi4py``) and open MKL's ScaLAPACK, once per process.
+
+    Raises:
+      RuntimeError: a wheel is missing; the message names the ``pip install`` that fixes it.
+    """
+    if loaded():
+        return
+    try:
+        from mpi4py import MPI  # noqa: F401  (MPI_Init, with MPI_THREAD_MULTIPLE)
+    except ImportError as error:
+        raise RuntimeError(
+            "backend='mp' on CPUs needs mpi4py, MKL's ScaLAPACK and MPICH: "
+            "pip install 'jaxmg[mpi]' (or: pip install mkl mpich mpi4py)"
+        ) from error
+    mode = ctypes.RTLD_GLOBAL | os.RTLD_LAZY
+    for distribution, name in LIBRARIES:
+        path = _find(distribution, name)
+        if path is None:
+            raise RuntimeError(
+                f"backend='mp' on CPUs: {name} not found (from the pip package "
+                f"{distribution!r}): pip install 'jaxmg[mpi]' (or: pip install mkl mpich mpi4py)"
+            )
+        _handles.append(ctypes.CDLL(str(path), mode=mode))
+    missing = _jaxmg_cuda.scalapack_missing()
+    if missing:
+        raise RuntimeError(f"MKL's ScaLAPACK was opened but lacks: {missing}")
+
+
+def _attrs(T_A, n, grid, moves, a_width):
+    if moves is not None and any(np.asarray(m).size for m in moves):
+        raise ValueError("backend 'mp' takes no in-place moves: relayout in JAX before the call")
+    rows, cols = (int(v) for v in grid)
+    return dict(
+        T_A=np.int64(T_A),
+        n=np.int64(a_width if n is None else n),
+        grid=np.asarray((rows, cols), np.int64),
+        call_id=np.int64(next(_call_ids)),
+    )
+
+
+def _status():
+    return jax.ShapeDtypeStruct((1,), jnp.int32)
+
+
+def _like(x):
+    return jax.ShapeDtypeStruct(x.shape, x.dtype)
+
+
+def _position(position):
+    return jnp.asarray(position, jnp.int32)
+
+
+# ``n``: the global order (default ``a.shape[1]``, right on a ``1 x P`` grid). Every wrapper
+# returns what its ``mg`` namesake returns; status ``k > 0`` as LAPACK's info, NaN outputs then.
+
+
+def potrs(a, b, position, *, T_A, grid, n=None, device_ids=None, moves=None):
+    """Cholesky factor and solve: ``(factor, x, status)``."""
+    call = jax.ffi.ffi_call(
+        "jaxmg_mp_potrs",
+        (_like(a), _like(b), _status()),
+        input_output_aliases={0: 0, 1: 1},
+        vmap_method="sequential",
+    )
+    return call(a, b, _position(position), **_attrs(T_A, n, grid, moves, a.shape[1]))
+
+
+def potri(a, position, *, T_A, grid, n=None, device_ids=None, moves=None):
+    """Inverse (lower triangle) from ``A``: ``(inverse, status)``."""
+    call = jax.ffi.ffi_call(
+        "jaxmg_mp_potri", (_like(a), _status()), input_output_aliases={0: 0},
+        vmap_method="sequential",
+    )  # fmt: skip
+    return call(a, _position(position), **_attrs(T_A, n, grid, moves, a.shape[1]))
+
+
+def syevd(a, position, *, T_A, grid, vectors=True, n=None, device_ids=None, moves=None):
+    """Eigenvalues and vectors: ``(v, w, status)`` (ScaLAPACK always computes the vectors)."""
+    width = a.shape[1] if n is None else n
+    call = jax.ffi.ffi_call(
+        "jaxmg_mp_syevd",
+        (_like(a), jax.ShapeDtypeStruct((width,), jnp.finfo(a.dtype).dtype), _status()),
+        input_output_aliases={0: 0},
+        vmap_method="sequential",
+    )
+    return call(
+        a, _position(position), vectors=bool(vectors),
+        **_attrs(T_A, n, grid, moves, a.shape[1]),
+    )  # fmt: skip
+
+
+def potrf(a, position, *, T_A, grid, n=None, device_ids=None, moves=None):
+    """Cholesky factor (lower): ``(factor, status)``."""
+    call = jax.ffi.ffi_call(
+        "jaxmg_mp_potrf", (_like(a), _status()), input_output_aliases={0: 0},
+        vmap_method="sequential",
+    )  # fmt: skip
+    return call(a, _position(position), **_attrs(T_A, n, grid, moves, a.shape[1]))
+
+
+def potrs_factored(factor, b, position, *, T_A, grid, n=None, device_ids=None):
+    """Solve with a factor of :func:`potrf`: ``(x, status)``."""
+    call = jax.ffi.ffi_call(
+        "jaxmg_mp_potrs_factored", (_like(b), _status()), input_output_aliases={1: 0},
+        vmap_method="sequential",
+    )  # fmt: skip
+    attrs = _attrs(T_A, n, grid, None, factor.shape[1])
+    return call(factor, b, _position(position), **attrs)
+
+
+def potri_factored(factor, position, *, T_A, grid, n=None, device_ids=None, moves=None):
+    """Inverse (lower triangle) from a factor of :func:`potrf`: ``(inverse, status)``."""
+    call = jax.ffi.ffi_call(
+        "jaxmg_mp_potri_factored", (_like(factor), _status()), input_output_aliases={0: 0},
+        vmap_method="sequential",
+    )  # fmt: skip
+    attrs = _attrs(T_A, n, grid, moves, factor.shape[1])
+    return call(factor, _position(position), **attrs)
+
+
+def getrf(a, position, *, T_A, grid, n=None, device_ids=None, moves=None):
+    """LU with partial pivoting: ``(lu, pivots, status)``, pivots ``[LLD + T_A]``."""
+    call = jax.ffi.ffi_call(
+        "jaxmg_mp_getrf",
+        (_like(a), jax.ShapeDtypeStruct((a.shape[1] + T_A,), jnp.int32), _status()),
+        input_output_aliases={0: 0},
+        vmap_method="sequential",
+    )
+    return call(a, _position(position), **_attrs(T_A, n, grid, moves, a.shape[1]))
+
+
+def getrs(lu, pivots, b, position, *, T_A, grid, trans="N", n=None, device_ids=None):
+    """Solve ``op(A) x = b`` with a factor of :func:`getrf`: ``(x, status)``."""
+    if trans not in ("N", "T", "C"):
+        raise ValueError(f"trans must be 'N', 'T' or 'C', got {trans!r}")
+    call = jax.ffi.ffi_call(
+        "jaxmg_mp_getrs", (_like(b), _status()), input_output_aliases={2: 0},
+        vmap_method="sequential",
+    )  # fmt: skip
+    return call(
+        lu, jnp.asarray(pivots, jnp.int32), b, _position(position), trans=np.int64(ord(trans)),
+        **_attrs(T_A, n, grid, None, lu.shape[1]),
+    )  # fmt: skip

@@ -17,8 +17,9 @@
   to ``benchmarks/solvers.py``.
 - ``gpu``: on a GPU machine, build against the installed CUDA, run the GPU tests with
   ``JAXMG_REQUIRE_GPU=1`` and the GPU benchmarks (``benchmarks/gpu_validate.py``).
-- ``mpi``: MKL's ScaLAPACK over MPICH, both from pip, under ``mpiexec`` on 1x2, 2x1 and 2x2
-  process grids laid out by ``jaxmg_layout.BlockCyclic2D`` (the multi-node backend's CPU engine).
+- ``mpi``: MKL's ScaLAPACK over MPICH, both from pip (``jaxmg[mpi]``), under ``mpiexec``: the
+  engine alone on 1x2, 2x1 and 2x2 process grids laid out by ``jaxmg_layout.BlockCyclic2D``, its
+  native targets on those grids, and jaxmg's API with ``backend="mp"`` on 2 and 4 processes.
 - ``cuda_abi``: no GPU needed: fetch NVIDIA's CUDA 12 and 13 wheels (pinned, cached in
   ``.nox/cuda_abi-cache``) and check ``csrc/cuda_api.h`` against their headers and libraries.
 """
@@ -213,9 +214,7 @@ def bench(session):
 def mpi(session):
     """MKL's ScaLAPACK over MPICH from pip (the multi-node backend's CPU engine), on 1x2, 2x1
     and 2x2 process grids laid out by jaxmg_layout's 2D block-cyclic plan."""
-    session.install("--no-build-isolation", "hatchling", "jax>=0.10", "jaxlib>=0.10")
-    session.install("--no-build-isolation", str(PACKAGES / "jaxmg-layout"))
-    session.install("mkl", "mpich", "mpi4py", "pytest", "hypothesis")
+    install_jaxmg(session, "test", "mpi")
     session.run("python", "-m", "pytest", "tests/mpi", "-q")
 
 

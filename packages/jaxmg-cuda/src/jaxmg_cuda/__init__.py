@@ -4,8 +4,8 @@
 ``jaxmg_potri_factored``, ``jaxmg_getrf`` and ``jaxmg_getrs`` are registered at import for the CPU
 (the LAPACK twin) and, when built with CUDA support, for CUDA (cuSolverMg, loaded at first
 GPU use). ``jaxmg_mp_<routine>`` (backend "mp": ScaLAPACK over MPI, one process per device)
-are registered for the CPU by :mod:`jaxmg_cuda.mp`. The wrappers below are meant to be called on local shards inside ``jax.shard_map``;
-the operand contract is in this package's README.
+are registered for the CPU by :mod:`jaxmg_cuda.mp`. The wrappers below are meant to be called
+on local shards inside ``jax.shard_map``; the operand contract is in this package's README.
 """
 
 from . import mp as mp

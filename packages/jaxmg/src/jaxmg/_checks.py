@@ -27,6 +27,21 @@ GPU_TILE_MIN = 256
 RELAYOUTS = ("native", "jax")
 
 
+BACKENDS = ("mg", "mp")
+
+
+def backend(value, fn: str) -> str | None:
+    """The engine asked for (``None``: automatic), or a ValueError naming the accepted ones."""
+    if value is None or value == "auto":
+        return None
+    if not isinstance(value, str) or value not in BACKENDS:
+        raise ValueError(
+            f"{fn}: backend must be 'mg' (cuSolverMg / its LAPACK twin, one node), 'mp' (the "
+            f"distributed engine, one process per device) or None (automatic), got {value!r}."
+        )
+    return value
+
+
 def relayout(value, fn: str) -> str:
     """The relayout strategy, or a ValueError naming the accepted ones."""
     if not isinstance(value, str) or value not in RELAYOUTS:

@@ -34,8 +34,7 @@ from jax.sharding import PartitionSpec as P
 
 import jaxmg_layout
 
-from . import _checks, _geometry, _solvers  # noqa: F401 (_geometry: annotations)
-from ._native import backend_for
+from . import _checks, _geometry, _native, _solvers  # noqa: F401 (_geometry: annotations)
 
 # --- the static description of one call ------------------------------------------------------
 
@@ -60,7 +59,7 @@ class _Call:
         return _solvers._Route(self.T_A, self.n, self.geometry, self.cyclic, self.relayout)
 
     def native(self):
-        return backend_for(self.geometry.platform, self.fn)
+        return _native.engine(self.geometry.platform, self.fn, self.geometry.backend)
 
     def position(self):
         return jax.lax.axis_index(self.geometry.axis)
@@ -101,7 +100,7 @@ def _potrf_program(call: _Call, a):
 
     def body(a):
         route = call.route()
-        f, status = call.native().mg_potrf(
+        f, status = call.native().potrf(
             route.to_native(a), call.position(), moves=route.native_moves, **call.native_kw(route)
         )
         return f, status
@@ -116,7 +115,7 @@ def _cho_solve_program(call: _Call, f, b):
 
     def body(f, b):
         route = call.route()
-        x, _ = call.native().mg_potrs_factored(
+        x, _ = call.native().potrs_factored(
             f, call.conj(b.T), call.position(), **call.native_kw(route)
         )
         return call.conj(x.T)
@@ -132,7 +131,7 @@ def _cho_inverse_program(call: _Call, f):
     def body(f):
         route = call.route()
         moves = None if route.moves is None else (_NO_MOVES, route.moves.from_cyclic)
-        inv_rows, _ = call.native().mg_potri_factored(
+        inv_rows, _ = call.native().potri_factored(
             f, call.position(), moves=moves, **call.native_kw(route)
         )
         fill = functools.partial(_solvers._hermitian_from_triangle, axis_name=call.geometry.axis)
@@ -175,7 +174,7 @@ def _getrf_program(call: _Call, a):
 
     def body(a):
         route = call.route()
-        return call.native().mg_getrf(
+        return call.native().getrf(
             route.to_native(a), call.position(), moves=route.native_moves, **call.native_kw(route)
         )
 
@@ -204,7 +203,7 @@ def _lu_solve_program(call: _Call, trans: str, lu, pivots, b):
 
     def body(lu, pivots, b):
         route = call.route()
-        x, _ = call.native().mg_getrs(
+        x, _ = call.native().getrs(
             lu, pivots, flip(b.T), call.position(), trans=solver_trans, **call.native_kw(route)
         )
         return flip(x.T)
@@ -573,12 +572,20 @@ def _call(statics: dict) -> _Call:
 
 
 def cho_factor(
-    A, T_A=None, mesh=None, in_specs=None, *positional, cyclic_1d=False, pad=True, relayout="native"
+    A,
+    T_A=None,
+    mesh=None,
+    in_specs=None,
+    *positional,
+    cyclic_1d=False,
+    pad=True,
+    relayout="native",
+    backend=None,
 ):
     """Cholesky-factor a Hermitian positive definite ``A`` sharded over devices, for reuse.
 
     Args:
-      A, T_A, mesh, in_specs, cyclic_1d, pad, relayout: as for :func:`jaxmg.potrs`
+      A, T_A, mesh, in_specs, cyclic_1d, pad, relayout, backend: as for :func:`jaxmg.potrs`
         (``in_specs`` is ``spec_A`` or ``(spec_A,)``). Only one triangle is read: the lower one
         for column sharding, the upper one for row sharding.
 
@@ -590,7 +597,9 @@ def cho_factor(
     fn = "jaxmg.cho_factor"
     _checks.keyword_only(fn, positional, "cyclic_1d, pad or relayout, e.g. relayout='jax'")
     (spec_a,) = _checks.in_specs(in_specs, fn, ("A",))
-    statics, _ = _solvers._prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "potrs")
+    statics, _ = _solvers._prepare(
+        A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "potrs", backend
+    )
     call = _call(statics)
     A = _solvers._placed(A, call.geometry.mesh, call.geometry.spec)
     f, status = _potrf_program(call, jax.lax.stop_gradient(A))
@@ -629,14 +638,22 @@ def cho_solve(factor, b, *positional, return_status=False):
 
 
 def lu_factor(
-    A, T_A=None, mesh=None, in_specs=None, *positional, cyclic_1d=False, pad=True, relayout="native"
+    A,
+    T_A=None,
+    mesh=None,
+    in_specs=None,
+    *positional,
+    cyclic_1d=False,
+    pad=True,
+    relayout="native",
+    backend=None,
 ):
     """LU-factor (partial pivoting) a general square ``A`` sharded over devices, for reuse.
 
     Args:
       A: ``[N, N]`` float32, float64, complex64 or complex128, sharded over one mesh axis by
         columns ``P(None, ax)`` or by rows ``P(ax, None)``; the whole matrix is read.
-      T_A, mesh, in_specs, cyclic_1d, pad, relayout: as for :func:`jaxmg.potrs`.
+      T_A, mesh, in_specs, cyclic_1d, pad, relayout, backend: as for :func:`jaxmg.potrs`.
 
     Returns:
       An :class:`LUFactor` for :func:`jaxmg.lu_solve`.
@@ -644,7 +661,9 @@ def lu_factor(
     fn = "jaxmg.lu_factor"
     _checks.keyword_only(fn, positional, "cyclic_1d, pad or relayout, e.g. relayout='jax'")
     (spec_a,) = _checks.in_specs(in_specs, fn, ("A",))
-    statics, _ = _solvers._prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "getrf")
+    statics, _ = _solvers._prepare(
+        A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "getrf", backend
+    )
     call = _call(statics)
     A = _solvers._placed(A, call.geometry.mesh, call.geometry.spec)
     lu, pivots, status = _getrf_program(call, jax.lax.stop_gradient(A))
@@ -666,12 +685,14 @@ def lu_solve(
     cyclic_1d=False,
     pad=True,
     relayout="native",
+    backend=None,
 ):
     """Solve ``A x = b`` for a general square ``A`` sharded over devices (LU, partial pivoting).
 
     ``A`` is either the matrix (factored by this call, as jaxmg 1.4.1's ``lu_solve``) or an
     :class:`LUFactor` of :func:`jaxmg.lu_factor` (no refactorisation; ``T_A``, ``mesh``,
-    ``in_specs``, ``cyclic_1d``, ``pad`` and ``relayout`` then come from the factor).
+    ``in_specs``, ``cyclic_1d``, ``pad``, ``relayout`` and ``backend`` then come from the
+    factor).
 
     Args:
       A: ``[N, N]`` as for :func:`jaxmg.lu_factor`, or an :class:`LUFactor`.
@@ -680,7 +701,7 @@ def lu_solve(
         ``A^H x = b`` (scipy's ``lu_solve`` convention).
       return_status: also return the status: 0, or ``k > 0`` when ``U[k-1, k-1]`` is exactly
         zero (``x`` is then NaN).
-      T_A, mesh, in_specs, cyclic_1d, pad, relayout: as for :func:`jaxmg.potrs`.
+      T_A, mesh, in_specs, cyclic_1d, pad, relayout, backend: as for :func:`jaxmg.potrs`.
 
     Returns:
       ``x`` with ``b``'s shape, replicated; with ``return_status``, ``(x, status)``.
@@ -694,7 +715,9 @@ def lu_solve(
         factor = A
     else:
         spec_a = _checks.in_specs(in_specs, fn, ("A", "b"))[0]
-        factor = lu_factor(A, T_A, mesh, spec_a, cyclic_1d=cyclic_1d, pad=pad, relayout=relayout)
+        factor = lu_factor(
+            A, T_A, mesh, spec_a, cyclic_1d=cyclic_1d, pad=pad, relayout=relayout, backend=backend
+        )
     shape = _solve_shape(factor, b, fn)
     call = factor._call
     x = lu_solve_with(

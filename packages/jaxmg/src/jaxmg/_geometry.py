@@ -45,6 +45,8 @@ class Geometry:
       job: 0 when this process drives every device of the axis; else the multi-process mode
         (one device per process, one host) and the token the job's processes agreed on.
       pids: in the multi-process mode, the process id of each mesh position.
+      backend: ``"mg"`` (cuSolverMg / the LAPACK twin, one node) or ``"mp"`` (the distributed
+        engine, one process per device: ScaLAPACK over MPI on CPUs).
     """
 
     mesh: object
@@ -55,10 +57,14 @@ class Geometry:
     device_ids: tuple[int, ...]
     job: int = 0
     pids: tuple[int, ...] = ()
+    backend: str = "mg"
 
     @property
     def native_job(self) -> dict:
-        """The multi-process attributes of the native call."""
+        """The engine's own attributes of the native call: the multi-process ones for ``"mg"``,
+        the process grid (``1 x ndev``: the 1D block-cyclic columns) for ``"mp"``."""
+        if self.backend == "mp":
+            return {"grid": (1, self.ndev)}
         return {"job": self.job, "pids": self.pids or None}
 
     @property
@@ -281,7 +287,9 @@ def check_device_count(ndev: int, platform: str, axis: str) -> None:
         )
 
 
-def resolve(a, mesh=None, in_spec=None, *, argname: str = "A") -> Geometry:
+def resolve(
+    a, mesh=None, in_spec=None, *, argname: str = "A", backend=None, fn: str = "jaxmg"
+) -> Geometry:
     """Work out mesh, axis and form of ``a`` from ``mesh``/``in_spec`` or from its sharding.
 
     ``in_spec``, when given, decides where ``a`` goes (the caller then places it so, whatever
@@ -311,9 +319,61 @@ def resolve(a, mesh=None, in_spec=None, *, argname: str = "A") -> Geometry:
             f"jaxmg runs on NVIDIA GPUs (cuSolverMg) and on CPU devices (LAPACK twin), "
             f"not on {platform!r} devices."
         )
+    backend = choose_backend(backend, mesh, axis, platform)
+    if backend == "mp":
+        ndev = _mp_processes(mesh, axis, platform, fn)
+        return Geometry(mesh, axis, form, ndev, platform, (UNKNOWN_DEVICE,) * ndev, backend="mp")
     device_ids, job, pids = _participants(mesh, axis, platform)
     check_device_count(len(device_ids), platform, axis)
     return Geometry(mesh, axis, form, len(device_ids), platform, device_ids, job, pids)
+
+
+def choose_backend(backend, mesh, axis: str, platform: str) -> str:
+    """``backend`` as given, or for ``None`` the automatic choice: ``"mp"`` when the devices of
+    ``axis`` are more GPUs than cuSolverMg takes or live on several hosts, else ``"mg"``."""
+    if backend is not None:
+        return backend
+    ndev = dict(mesh.shape)[axis]
+    if platform == "gpu" and ndev > MAX_GPUS:
+        return "mp"
+    if jax.process_count() == 1:
+        return "mg"
+    hosts = _processes.job().hosts
+    if isinstance(mesh, jax.sharding.Mesh):
+        processes = {d.process_index for d in mesh.devices.flat}
+    else:
+        processes = range(jax.process_count())
+    return "mp" if len({hosts[p] for p in processes}) > 1 else "mg"
+
+
+def _mp_processes(mesh, axis: str, platform: str, fn: str) -> int:
+    """The number of processes of a ``"mp"`` call after checking its setup: ``axis`` holds one
+    device of every process of the job, and the mesh nothing else."""
+    shape = dict(mesh.shape)
+    ndev, processes = shape[axis], jax.process_count()
+    others = {name: size for name, size in shape.items() if name != axis and size > 1}
+    if isinstance(mesh, jax.sharding.Mesh):
+        owners = [d.process_index for d in mesh.devices.flat]
+        if sorted(owners) == list(range(processes)) and owners != sorted(owners):
+            raise ValueError(
+                f"{fn}: backend='mp' needs the devices of mesh axis {axis!r} in process order "
+                f"(position p on process p; found processes {owners}): ScaLAPACK's grid follows "
+                "the MPI ranks. Build the mesh with jax.make_mesh, or sort its devices by "
+                "process_index."
+            )
+        fits = owners == list(range(processes))
+    else:
+        fits = jax.local_device_count(platform) == 1
+    if others or ndev != processes or not fits:
+        raise ValueError(
+            f"{fn}: backend='mp' runs one process per device over every process of the job: "
+            f"mesh axis {axis!r} must hold exactly one device of each of the {processes} "
+            f"processes, and no other axis may split it; found the mesh {shape}"
+            + ("" if others else f" with {ndev} device(s) on {axis!r}")
+            + ". Launch one process per device (mpiexec -n P python prog.py, each initialising "
+            "jax.distributed with one local device)."
+        )
+    return ndev
 
 
 def from_abstract_mesh(axis_name: str | None, form: Form, fits) -> Geometry:

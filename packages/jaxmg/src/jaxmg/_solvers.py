@@ -30,8 +30,7 @@ from jax.sharding import PartitionSpec as P
 
 import jaxmg_layout
 
-from . import _checks, _factors, _geometry
-from ._native import backend_for
+from . import _checks, _factors, _geometry, _native
 
 # --- local (per-device) building blocks, used inside shard_map ------------------------------
 
@@ -50,6 +49,7 @@ class _Route:
         self.T_A, self.n, self.geometry, self.cyclic = T_A, n, geometry, cyclic
         self.plan = jaxmg_layout.CyclicPlan.make(n, geometry.ndev, T_A)
         in_place = relayout == "native" and not cyclic and self.plan.needs_relayout
+        in_place = in_place and geometry.backend == "mg"  # "mp": the engine takes no moves
         self.moves = jaxmg_layout.in_place_moves(self.plan) if in_place else None
 
     @property
@@ -183,10 +183,10 @@ def _relayout(a, T_A, geometry):
 def _potrs_local(a, b, *, T_A, n, cyclic, relayout, geometry, fn, with_factor=False):
     """Solve on local blocks. ``a``: local block of A; ``b``: replicated ``[N, nrhs]``.
     Returns ``(x, status)``, or ``(x, factor rows, status)`` ``with_factor``."""
-    native = backend_for(geometry.platform, fn)
+    native = _native.engine(geometry.platform, fn, geometry.backend)
     route = _Route(T_A, n, geometry, cyclic, relayout)
     conj = jnp.conj if geometry.form == "rows" else (lambda v: v)
-    factor, x_rows, status = native.mg_potrs(
+    factor, x_rows, status = native.potrs(
         route.to_native(a),
         conj(b.T),
         jax.lax.axis_index(geometry.axis),
@@ -201,9 +201,9 @@ def _potrs_local(a, b, *, T_A, n, cyclic, relayout, geometry, fn, with_factor=Fa
 
 
 def _potri_local(a, *, T_A, n, cyclic, relayout, geometry, fn):
-    native = backend_for(geometry.platform, fn)
+    native = _native.engine(geometry.platform, fn, geometry.backend)
     route = _Route(T_A, n, geometry, cyclic, relayout)
-    inv_rows, status = native.mg_potri(
+    inv_rows, status = native.potri(
         route.to_native(a),
         jax.lax.axis_index(geometry.axis),
         T_A=route.plan.tile,
@@ -219,9 +219,9 @@ def _potri_local(a, *, T_A, n, cyclic, relayout, geometry, fn):
 def _syevd_local(a, *, T_A, n, cyclic, relayout, vectors, geometry, fn, v_columns=False):
     """``v_columns``: return this device's column block ``V[:, blk]`` whatever the form of ``a``
     (jaxmg 0.0.x's ``syevd_shardmap_ctx``); else ``V``'s block in the form of ``a``."""
-    native = backend_for(geometry.platform, fn)
+    native = _native.engine(geometry.platform, fn, geometry.backend)
     route = _Route(T_A, n, geometry, cyclic, relayout)
-    v_rows, w, status = native.mg_syevd(
+    v_rows, w, status = native.syevd(
         route.to_native(a),
         jax.lax.axis_index(geometry.axis),
         T_A=route.plan.tile,
@@ -367,8 +367,9 @@ def _layout(T_A, n, geometry, pad, routine, fn):
     return layout
 
 
-def _prepare(A, T_A, mesh, spec, cyclic_1d, relayout, pad, fn, routine):
+def _prepare(A, T_A, mesh, spec, cyclic_1d, relayout, pad, fn, routine, backend=None):
     """Validate the arguments and resolve the geometry; returns ``(statics, A's dtype)``."""
+    backend = _checks.backend(backend, fn)
     dtype = _checks.matrix_dtype(A, fn)
     T_A = _checks.tile_size(T_A, fn, cyclic_1d)
     if not cyclic_1d and A.shape[0] != A.shape[1] and pad is False:
@@ -377,7 +378,9 @@ def _prepare(A, T_A, mesh, spec, cyclic_1d, relayout, pad, fn, routine):
             "unpadded: jaxmg 0.0.x's pre-padded shards (pad=False) are not accepted; pass the "
             "N x N matrix."
         )
-    geometry = _geometry.resolve(A, mesh, spec)
+    geometry = _geometry.resolve(A, mesh, spec, backend=backend, fn=fn)
+    if geometry.backend == "mp":
+        _native.load_mp(fn)
     if cyclic_1d:
         n = _checks.cyclic_shape(A, geometry, T_A, fn)
     else:
@@ -398,6 +401,7 @@ def potrs(
     cyclic_1d=False,
     pad=True,
     relayout="native",
+    backend=None,
 ):
     """Solve ``A x = b`` for Hermitian positive definite ``A`` sharded over devices (Cholesky).
 
@@ -429,7 +433,14 @@ def potrs(
         inside the solver call (its leader moves whole tiles between the devices' buffers):
         no second copy of ``A``, a staging buffer of about one tile. ``"jax"``: JAX
         collectives (``ppermute``/``all_to_all``) before the call, as the original jaxmg did:
-        temporaries of 1-3 shards per device.
+        temporaries of 1-3 shards per device. With ``backend="mp"`` the relayout is always
+        JAX's (none is needed for the default ``T_A``).
+      backend: the engine. ``"mg"``: cuSolverMg on GPUs, its LAPACK twin on CPUs (one node;
+        one process driving every device, or one process per device on one host). ``"mp"``:
+        the distributed engine, one process per device over every process of the job (CPUs:
+        ScaLAPACK over MPI, ``pip install 'jaxmg[mpi]'``, processes started by ``mpiexec``;
+        GPUs: cuSOLVERMp, not built yet). ``None`` (default): ``"mp"`` when the devices are on
+        several hosts or more than 16 GPUs, else ``"mg"``.
 
     Returns:
       ``x`` with ``b``'s shape, replicated over the mesh; with ``return_logdet``,
@@ -448,7 +459,7 @@ def potrs(
     fn = "jaxmg.potrs"
     _checks.keyword_only(fn, positional, _POTRS_WAS)
     spec_a, spec_b = _checks.in_specs(in_specs, fn, ("A", "b"))
-    statics, dtype = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "potrs")
+    statics, dtype = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "potrs", backend)
     geometry, n = statics["geometry"], statics["n"]
     b_shape = _checks.rhs_shape(b, n, dtype, fn)
     if spec_b is not None:
@@ -473,6 +484,7 @@ def potri(
     cyclic_1d=False,
     pad=True,
     relayout="native",
+    backend=None,
 ):
     """Invert a Hermitian positive definite ``A`` sharded over devices (Cholesky).
 
@@ -480,8 +492,8 @@ def potri(
       A: ``[N, N]`` float32, float64, complex64 or complex128, sharded over one mesh axis by
         columns ``P(None, ax)`` or by rows ``P(ax, None)``; only one triangle is read (lower for
         column sharding, upper for row sharding).
-      T_A, mesh, in_specs, cyclic_1d, pad, relayout: as for :func:`potrs` (``in_specs`` is
-        ``spec_A`` or ``(spec_A,)``).
+      T_A, mesh, in_specs, cyclic_1d, pad, relayout, backend: as for :func:`potrs`
+        (``in_specs`` is ``spec_A`` or ``(spec_A,)``).
       return_status: also return the status.
 
     Returns:
@@ -497,7 +509,7 @@ def potri(
     fn = "jaxmg.potri"
     _checks.keyword_only(fn, positional, _POTRI_WAS)
     (spec_a,) = _checks.in_specs(in_specs, fn, ("A",))
-    statics, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "potri")
+    statics, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "potri", backend)
     geometry = statics["geometry"]
     call = _factors._Call(**statics)
     inv, status = _factors.potri_differentiable(call, _placed(A, geometry.mesh, geometry.spec))
@@ -515,6 +527,7 @@ def syevd(
     cyclic_1d=False,
     pad=True,
     relayout="native",
+    backend=None,
 ):
     """Eigenvalues, and optionally eigenvectors, of a Hermitian ``A`` sharded over devices.
 
@@ -522,7 +535,8 @@ def syevd(
       A: ``[N, N]`` float32, float64, complex64 or complex128, sharded over one mesh axis by
         columns ``P(None, ax)`` or by rows ``P(ax, None)``; only one triangle is read (lower for
         column sharding, upper for row sharding).
-      T_A, mesh, in_specs, cyclic_1d, pad, relayout: as for :func:`potrs`. On GPUs cuSolverMg's
+      T_A, mesh, in_specs, cyclic_1d, pad, relayout, backend: as for :func:`potrs`. On GPUs
+        cuSolverMg's
         syevd accepts tiles up to 1024 columns: a wider ``T_A`` is lowered to 1024 with a
         ``UserWarning`` (``T_A=None`` chooses at most 1024 there).
       return_eigenvectors: also compute the eigenvectors.
@@ -542,7 +556,7 @@ def syevd(
     fn = "jaxmg.syevd"
     _checks.keyword_only(fn, positional, _SYEVD_WAS)
     (spec_a,) = _checks.in_specs(in_specs, fn, ("A",))
-    statics, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "syevd")
+    statics, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "syevd", backend)
     geometry = statics["geometry"]
     call = _factors._Call(**statics)
     vectors = bool(return_eigenvectors)

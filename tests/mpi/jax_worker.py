@@ -1,0 +1,160 @@
+"""One process of an ``mpiexec -n P`` job running jaxmg's public API with ``backend="mp"``
+(ScaLAPACK over MPI), started by test_backend_mp.py.
+
+    mpiexec -n P python jax_worker.py SCENARIO RESULTS_DIR
+
+Every process initialises ``jax.distributed`` from MPI (``cluster_detection_method="mpi4py"``),
+with one CPU device, builds the same seeded matrices, runs the scenario and writes one JSON line
+per check, ``{"check": ..., "ok": bool, ...}``, to ``RESULTS_DIR/<rank>.jsonl`` (not stdout,
+where Gloo writes too). Scenarios:
+
+- ``solve``: potrs (+logdet), potri, syevd (values, vectors), cho_factor/cho_solve, lu_solve
+  (N/T/C) and lu_factor, every dtype, both 1D forms, eager and under ``jit``, a tile that
+  needs the relayout, a matrix that is not positive definite, and the same calls with
+  ``backend="mg"`` (jaxmg's one-host multi-process mode) giving the same answers; the gradient
+  of potrs plus logdet against the closed form.
+- ``quick``: potrs and lu_solve in float64 (for two jobs at once).
+- ``killed``: one good call, then the last rank is killed before the next: the job must end
+  (mpiexec aborts it), not hang.
+"""
+
+import json
+import os
+import pathlib
+import signal
+import sys
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+jax.config.update("jax_platforms", "cpu")
+jax.config.update("jax_cpu_collectives_implementation", "gloo")
+jax.distributed.initialize(cluster_detection_method="mpi4py", initialization_timeout=60)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+import jaxmg  # noqa: E402
+
+scenario, results = sys.argv[1], pathlib.Path(sys.argv[2])
+rank, size = jax.process_index(), jax.process_count()
+lines = []
+
+
+def report(check, ok, **extra):
+    lines.append(json.dumps({"check": check, "ok": bool(ok), "rank": rank, **extra}))
+
+
+def host(x):
+    """A replicated or sharded result as numpy on every process."""
+    return np.asarray(jax.experimental.multihost_utils.process_allgather(x, tiled=True))
+
+
+def matrices(n, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    m = rng.standard_normal((n, n))
+    if np.issubdtype(dtype, np.complexfloating):
+        m = m + 1j * rng.standard_normal((n, n))
+    hpd = (m @ m.conj().T / n + np.eye(n)).astype(dtype)
+    general = (m / np.sqrt(n) + 2 * np.eye(n)).astype(dtype)
+    b = rng.standard_normal((n, 3)).astype(dtype)
+    return hpd, general, b
+
+
+def tolerance(dtype):
+    return 2e-3 if np.finfo(dtype).bits <= 32 or dtype == np.complex64 else 1e-9
+
+
+def close(x, y, dtype):
+    x, y = np.asarray(x), np.asarray(y)
+    return bool(np.max(np.abs(x - y)) <= tolerance(dtype) * max(1.0, np.max(np.abs(y))))
+
+
+def solve(mesh):
+    n = 6 * size
+    for dtype in (np.float32, np.float64, np.complex64, np.complex128):
+        hpd, general, b = matrices(n, dtype)
+        tol = dict(dtype=np.dtype(dtype).name)
+        for form in ("cols", "rows"):
+            spec = P(None, "x") if form == "cols" else P("x", None)
+            sharding = NamedSharding(mesh, spec)
+            A, G = jax.device_put(hpd, sharding), jax.device_put(general, sharding)
+            case = dict(form=form, **tol)
+            x, logdet, status = jaxmg.potrs(
+                A, b, backend="mp", return_logdet=True, return_status=True
+            )
+            ok = int(status) == 0 and close(x, np.linalg.solve(hpd, b), dtype)
+            report("potrs", ok and close(logdet, np.linalg.slogdet(hpd)[1], dtype), **case)
+            jitted = jax.jit(lambda a, r: jaxmg.potrs(a, r, backend="mp"))
+            report("potrs_jit", close(jitted(A, b), np.linalg.solve(hpd, b), dtype), **case)
+            x = jaxmg.potrs(A, b, T_A=2, backend="mp")  # a relayout to 2-column tiles
+            report("potrs_tile2", close(x, np.linalg.solve(hpd, b), dtype), **case)
+            inv = host(jaxmg.potri(A, backend="mp"))
+            report("potri", close(inv, np.linalg.inv(hpd), dtype), **case)
+            w, v = jaxmg.syevd(A, backend="mp")
+            v = host(v)
+            ok = close(w, np.linalg.eigvalsh(hpd), dtype)
+            report("syevd", ok and close(hpd @ v, v * np.asarray(w), dtype), **case)
+            factor = jaxmg.cho_factor(A, backend="mp")
+            ok = close(jaxmg.cho_solve(factor, b), np.linalg.solve(hpd, b), dtype)
+            ok = ok and close(factor.logdet, np.linalg.slogdet(hpd)[1], dtype)
+            report("cho_solve", ok, **case)
+            for trans, op in ((0, general), (1, general.T), (2, general.conj().T)):
+                x = jaxmg.lu_solve(G, b, trans=trans, backend="mp")
+                report("lu_solve", close(x, np.linalg.solve(op, b), dtype), trans=trans, **case)
+            lu = jaxmg.lu_factor(G, backend="mp")
+            x = jaxmg.lu_solve(lu, b)
+            report("lu_factor", close(x, np.linalg.solve(general, b), dtype), **case)
+            # The one-node engine, in its one-process-per-device mode: the same answers.
+            x_mg = jaxmg.potrs(A, b, backend="mg")
+            report("same_as_mg", close(jaxmg.potrs(A, b, backend="mp"), x_mg, dtype), **case)
+    # Failure: status and NaN, on every process.
+    hpd, _, b = matrices(n, np.float64)
+    bad = hpd.copy()
+    bad[3, 3] = -1.0
+    A = jax.device_put(bad, NamedSharding(mesh, P(None, "x")))
+    x, status = jaxmg.potrs(A, b, backend="mp", return_status=True)
+    report("not_pd", int(status) > 0 and bool(np.isnan(np.asarray(x)).all()), status=int(status))
+    # Derivatives: the rules are the backend's too.
+    A = jax.device_put(hpd, NamedSharding(mesh, P(None, "x")))
+
+    def loss(a):
+        x, logdet = jaxmg.potrs(a, b, backend="mp", return_logdet=True)
+        return jnp.sum(b * x) + logdet
+
+    grad = host(jax.grad(loss)(A))
+    inv = np.linalg.inv(hpd)
+    expected = -inv @ b @ b.T @ inv + inv  # d/dA of b^T A^-1 b + log det A, A symmetric
+    report("grad", close(grad, expected, np.float64))
+
+
+def quick(mesh):
+    n = 4 * size
+    hpd, general, b = matrices(n, np.float64, seed=rank // size)
+    A = jax.device_put(hpd, NamedSharding(mesh, P(None, "x")))
+    G = jax.device_put(general, NamedSharding(mesh, P("x", None)))
+    for _ in range(5):
+        report("potrs", close(jaxmg.potrs(A, b, backend="mp"), np.linalg.solve(hpd, b), np.float64))
+        x = jaxmg.lu_solve(G, b, backend="mp")
+        report("lu_solve", close(x, np.linalg.solve(general, b), np.float64))
+
+
+def killed(mesh):
+    n = 4 * size
+    hpd, _, b = matrices(n, np.float64)
+    A = jax.device_put(hpd, NamedSharding(mesh, P(None, "x")))
+    report("first", close(jaxmg.potrs(A, b, backend="mp"), np.linalg.solve(hpd, b), np.float64))
+    results.joinpath(f"{rank}.jsonl").write_text("\n".join(lines) + "\n")
+    if rank == size - 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    jaxmg.potrs(A, b, backend="mp").block_until_ready()
+    report("survived", False)  # unreachable: the job is ended
+
+
+mesh = jax.make_mesh((size,), ("x",), axis_types=(jax.sharding.AxisType.Explicit,))
+with jax.set_mesh(mesh):
+    {"solve": solve, "quick": quick, "killed": killed}[scenario](mesh)
+results.joinpath(f"{rank}.jsonl").write_text("\n".join(lines) + "\n")
+jax.distributed.shutdown()

@@ -1,0 +1,102 @@
+"""jaxmg's public API with ``backend="mp"`` (ScaLAPACK over MPI) under ``mpiexec``: every
+routine, dtype and 1D form against numpy and against ``backend="mg"`` on 2 and 4 processes, a
+killed process, two jobs at once. Each job runs ``jax_worker.py``; runs in ``nox -s mpi``."""
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("mpi4py", reason="the MPI engine's tests run in nox -s mpi")
+pytest.importorskip("jaxmg", reason="the MPI engine's tests run in nox -s mpi")
+pytestmark = pytest.mark.usefixtures("once_per_suite")
+
+WORKER = pathlib.Path(__file__).with_name("jax_worker.py")
+MPIEXEC = pathlib.Path(sys.prefix) / "bin" / "mpiexec"
+DEADLINE = 300  # seconds for a whole job; a rank that dies makes mpiexec end the job sooner
+
+
+def mpiexec():
+    if MPIEXEC.exists():
+        return str(MPIEXEC)
+    if shutil.which("mpiexec") is None:
+        pytest.skip("no mpiexec (pip install mpich)")
+    return shutil.which("mpiexec")
+
+
+def launch(processes, scenario, results):
+    results.mkdir()
+    return subprocess.Popen(
+        [mpiexec(), "-n", str(processes), sys.executable, str(WORKER), scenario, str(results)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=dict(os.environ, OMP_NUM_THREADS="1", JAXMG_TIMEOUT_S="120"),
+    )
+
+
+def finish(job):
+    output, _ = job.communicate(timeout=DEADLINE)
+    return job.returncode, output
+
+
+def checks(results, processes):
+    files = sorted(results.glob("*.jsonl"))
+    assert len(files) == processes, [f.name for f in files]
+    return [json.loads(line) for f in files for line in f.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("processes", [2, 4])
+def test_every_routine_against_numpy_and_mg(tmp_path, processes):
+    code, output = finish(launch(processes, "solve", tmp_path / "results"))
+    assert code == 0, output[-4000:]
+    found = checks(tmp_path / "results", processes)
+    # Per process: 11 checks x 4 dtypes x 2 forms, one not positive definite, one gradient.
+    assert len(found) == processes * (11 * 4 * 2 + 2), len(found)
+    failed = [c for c in found if not c["ok"]]
+    assert not failed, failed
+
+
+def test_two_jobs_at_once(tmp_path):
+    jobs = [launch(2, "quick", tmp_path / f"job{k}") for k in range(2)]
+    for k, job in enumerate(jobs):
+        code, output = finish(job)
+        assert code == 0, output[-4000:]
+        found = checks(tmp_path / f"job{k}", 2)
+        assert len(found) == 2 * 10 and all(c["ok"] for c in found), found
+
+
+def test_a_killed_process_ends_the_job(tmp_path):
+    """The last rank dies between two calls; mpiexec ends the job, with its message, well
+    inside the deadline: the survivors, inside ScaLAPACK or jax.distributed, do not hang."""
+    code, output = finish(launch(2, "killed", tmp_path / "results"))
+    assert code != 0, output[-4000:]
+    assert "BAD TERMINATION" in output or "Killed" in output, output[-4000:]
+    found = checks(tmp_path / "results", 2)
+    assert [c["check"] for c in found] == ["first", "first"] and all(c["ok"] for c in found)
+
+
+@pytest.mark.parametrize(("grid", "tile", "n"), [("1x2", 3, 11), ("2x1", 2, 9), ("2x2", 2, 13)])
+def test_native_targets_on_2d_grids(tmp_path, grid, tile, n):
+    """The jaxmg_mp_* targets on 2D block-cyclic local arrays (jaxmg_layout.BlockCyclic2D):
+    potrs, potri, getrf + getrs, syevd x float64, complex128; a mesh out of rank order is
+    refused on every process with the error that says so."""
+    rows, cols = (int(v) for v in grid.split("x"))
+    results = tmp_path / "results"
+    results.mkdir()
+    worker = WORKER.with_name("native_worker.py")
+    done = subprocess.run(
+        [mpiexec(), "-n", str(rows * cols), sys.executable, str(worker), grid, str(tile), str(n),
+         str(results)],
+        capture_output=True, text=True, timeout=DEADLINE,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )  # fmt: skip
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    found = checks(results, rows * cols)
+    assert len(found) == rows * cols * 9, found
+    failed = [c for c in found if not c["ok"]]
+    assert not failed, failed

@@ -62,6 +62,37 @@ def test_unknown_relayout(a, relayout):
         jaxmg.potrs(a, jnp.ones(a.shape[0]), 4, relayout=relayout)
 
 
+@pytest.mark.parametrize("backend", ["cusolvermp", "MG", 1])
+def test_unknown_backend(a, backend):
+    with pytest.raises(
+        ValueError, match=f"backend must be 'mg' .* 'mp' .* or None .*got {backend!r}"
+    ):
+        jaxmg.potrs(a, jnp.ones(a.shape[0]), backend=backend)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda a: jaxmg.potrs(a, jnp.ones(a.shape[0]), backend="mp"),
+        lambda a: jaxmg.syevd(a, backend="mp"),
+        lambda a: jaxmg.lu_factor(a, backend="mp"),
+    ],
+)
+def test_mp_needs_one_process_per_device(a, call):
+    """Backend 'mp' in one process: refused with the launch that would work (the engine itself
+    is tested under mpiexec in tests/mpi)."""
+    if jax.device_count() == 1:
+        pytest.skip("one device in one process is a valid one-process-per-device job")
+    with pytest.raises(ValueError, match=r"backend='mp' runs one process per device.*mpiexec -n P"):
+        call(a)
+
+
+def test_automatic_backend_is_mg_in_one_process(a):
+    x = jaxmg.potrs(a, jnp.ones(a.shape[0]), backend=None)
+    np.testing.assert_allclose(np.asarray(x), np.ones(a.shape[0]))
+    assert jaxmg._geometry.choose_backend(None, a.sharding.mesh, "x", "cpu") == "mg"
+
+
 @pytest.mark.parametrize("T_A", [2.0, True, "4"])
 def test_non_integer_tile(a, T_A):
     with pytest.raises(TypeError, match="T_A must be a positive int"):

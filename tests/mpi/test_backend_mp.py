@@ -100,3 +100,17 @@ def test_native_targets_on_2d_grids(tmp_path, grid, tile, n):
     assert len(found) == rows * cols * 9, found
     failed = [c for c in found if not c["ok"]]
     assert not failed, failed
+
+
+def test_multi_node_example_solves_on_four_processes():
+    """``python examples/multi_node.py``, as the README says: it starts ``mpiexec -n 4`` itself
+    and every process prints True."""
+    example = WORKER.parents[2] / "examples" / "multi_node.py"
+    done = subprocess.run(
+        [sys.executable, str(example), "--n", "400"],
+        capture_output=True, text=True, timeout=DEADLINE,
+    )  # fmt: skip
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    verdicts = [line for line in done.stdout.splitlines() if line in ("True", "False")]
+    assert verdicts == ["True"] * 4, done.stdout[-4000:]
+    assert done.stdout.count("entries of K here") == 4

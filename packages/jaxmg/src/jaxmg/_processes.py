@@ -108,9 +108,10 @@ def check_one_host(processes, hosts, axis: str) -> None:
     each process) all run on one host: cuSolverMg solves within one node."""
     if len({hosts[int(p)] for p in processes}) > 1:
         raise ValueError(
-            f"mesh axis {axis!r} spans processes on several hosts; cuSolverMg solves within one "
-            "node. Gather A onto each host first: jaxmg.gather_to_hosts(A, jaxmg.host_mesh()) "
-            "(see the README's multi-node recipe)."
+            f"mesh axis {axis!r} spans processes on several hosts; backend='mg' (cuSolverMg) "
+            "solves within one node. Use backend='mp' (the distributed engine, the default "
+            "across hosts), or gather A onto each host first: "
+            "jaxmg.gather_to_hosts(A, jaxmg.host_mesh()) (see the README's multi-node section)."
         )
 
 

@@ -14,6 +14,9 @@ where Gloo writes too). Scenarios:
   ``backend="mg"`` (jaxmg's one-host multi-process mode) giving the same answers; the gradient
   of potrs plus logdet against the closed form.
 - ``quick``: potrs and lu_solve in float64 (for two jobs at once).
+- ``order``: one jitted program with two independent calls, the first of which reaches the
+  engine a second late on the last rank (``JAXMG_TEST_MP_LATE``): the processes must agree on
+  one order and both answers be right; reports how often a call stepped back.
 - ``killed``: one good call, then the last rank is killed before the next: the job must end
   (mpiexec aborts it), not hang.
 """
@@ -141,6 +144,51 @@ def quick(mesh):
         report("lu_solve", close(x, np.linalg.solve(general, b), np.float64))
 
 
+def order(mesh):
+    import jaxmg_cuda
+
+    n = 4 * size
+    hpd, general, b = matrices(n, np.float64)
+    A = jax.device_put(hpd, NamedSharding(mesh, P(None, "x")))
+    G = jax.device_put(general, NamedSharding(mesh, P(None, "x")))
+
+    @jax.jit
+    def both(a, g, r):
+        return jaxmg.potrs(a, r, backend="mp"), jaxmg.lu_solve(g, r, backend="mp")
+
+    first = next(jaxmg_cuda.mp._call_ids) + 1  # the ids the next trace takes, on every process
+    if rank == size - 1:
+        os.environ["JAXMG_TEST_MP_LATE"] = f"{first}:1.0"
+    for _ in range(3):
+        x, y = both(A, G, b)
+        report("potrs", close(x, np.linalg.solve(hpd, b), np.float64))
+        report("lu_solve", close(y, np.linalg.solve(general, b), np.float64))
+    os.environ.pop("JAXMG_TEST_MP_LATE", None)
+    # Two programs started from two threads, in opposite orders on the first and last rank.
+    import threading
+    import time
+
+    solve_a = jax.jit(lambda a, r: jaxmg.potrs(a, r, backend="mp"))
+    solve_g = jax.jit(lambda g, r: jaxmg.lu_solve(g, r, backend="mp"))
+    programs = [solve_a.lower(A, b).compile(), solve_g.lower(G, b).compile()]  # ids in order
+    out = [None, None]
+
+    def start(k, delay):
+        time.sleep(delay)
+        out[k] = programs[k](*((A, b) if k == 0 else (G, b)))
+        jax.block_until_ready(out[k])
+
+    late = 0 if rank == size - 1 else 1  # the last rank starts the second program first
+    threads = [threading.Thread(target=start, args=(k, 1.0 if k == late else 0.0)) for k in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    report("threads_potrs", close(out[0], np.linalg.solve(hpd, b), np.float64))
+    report("threads_lu_solve", close(out[1], np.linalg.solve(general, b), np.float64))
+    report("step_backs", True, step_backs=int(jaxmg_cuda._jaxmg_cuda.mp_step_backs()))
+
+
 def killed(mesh):
     n = 4 * size
     hpd, _, b = matrices(n, np.float64)
@@ -155,6 +203,6 @@ def killed(mesh):
 
 mesh = jax.make_mesh((size,), ("x",), axis_types=(jax.sharding.AxisType.Explicit,))
 with jax.set_mesh(mesh):
-    {"solve": solve, "quick": quick, "killed": killed}[scenario](mesh)
+    {"solve": solve, "quick": quick, "order": order, "killed": killed}[scenario](mesh)
 results.joinpath(f"{rank}.jsonl").write_text("\n".join(lines) + "\n")
 jax.distributed.shutdown()

@@ -48,6 +48,8 @@ PYBIND11_MODULE(_jaxmg_cuda, m) {
   });
   m.def("scalapack_missing", [] { return jaxmg::ScalapackMissing(); },
         "'' when ScaLAPACK and BLACS are loaded in this process, else the missing symbols.");
+  m.def("mp_step_backs", [] { return jaxmg::ScalapackStepBacks(); },
+        "How many times a backend 'mp' call of this process stepped back for a smaller one.");
   m.def("has_cuda", [] {
 #ifdef JAXMG_WITH_CUDA
     return true;

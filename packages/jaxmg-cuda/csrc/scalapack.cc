@@ -21,8 +21,8 @@
 #include <chrono>
 #include <complex>
 #include <condition_variable>
-#include <limits>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <set>
@@ -31,6 +31,7 @@
 
 #include "common.h"
 #include "rendezvous.h"
+#include "testing.h"
 
 namespace jaxmg {
 namespace {
@@ -61,13 +62,11 @@ using Igamx2d = void (*)(const Int* context, const char* scope, const char* top,
 using Igsum2d = void (*)(const Int* context, const char* scope, const char* top, const Int* m,
                          const Int* n, Int* a, const Int* lda, const Int* rdest, const Int* cdest);
 using Gsum2d = void (*)(const Int* context, const char* scope, const char* top, const Int* m,
-                        const Int* n, void* a, const Int* lda, const Int* rdest,
-                        const Int* cdest);
+                        const Int* n, void* a, const Int* lda, const Int* rdest, const Int* cdest);
 
-const char* const kBlacs[] = {"blacs_pinfo_",    "blacs_get_",  "blacs_gridinit_",
-                              "blacs_gridmap_",  "blacs_gridinfo_", "descinit_",
-                              "igamx2d_",        "igsum2d_", "sgsum2d_",    "dgsum2d_",
-                              "cgsum2d_",        "zgsum2d_"};
+const char* const kBlacs[] = {"blacs_pinfo_",    "blacs_get_", "blacs_gridinit_", "blacs_gridmap_",
+                              "blacs_gridinfo_", "descinit_",  "igamx2d_",        "igsum2d_",
+                              "sgsum2d_",        "dgsum2d_",   "cgsum2d_",        "zgsum2d_"};
 
 // --- element types -------------------------------------------------------------------------
 
@@ -126,8 +125,15 @@ class Engine {
 
   // Runs `fn` once every process agreed on call `id` (file comment); `fn` gets the BLACS
   // context of the grid, built on first use.
+  // How many times a call of this process stepped back for a smaller one (for the tests).
+  int64_t StepBacks() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return step_backs_;
+  }
+
   template <typename Fn>
   Outcome Run(int64_t id, const MpGrid& grid, int64_t position, Fn&& fn) {
+    MpLateForTests(id);
     std::unique_lock<std::mutex> lock(mu_);
     waiting_.insert(id);
     ++changes_;
@@ -157,6 +163,7 @@ class Engine {
       // Another process proposed a smaller call: step back until this process's waiting calls
       // change (that one arrives here and goes first). Ours was the smallest: ask again.
       stepped_back_at = smallest < id ? changes_ : kNever;
+      step_backs_ += smallest < id ? 1 : 0;
       cv_.notify_all();
     }
     waiting_.erase(waiting_.find(id));
@@ -208,20 +215,23 @@ class Engine {
     return {};
   }
 
-  // The max over every process of (id, -id): the largest and smallest proposals.
+  // The largest and smallest proposal over every process: one max-reduction of
+  // (id, kTop - id).
   Outcome Agree(int64_t id, int64_t* smallest, int64_t* largest) {
     Int world = -1;
     {
       std::lock_guard<std::mutex> lock(world_mu_);
       if (Outcome r = World(&world); !r.ok) return r;
     }
-    if (id > std::numeric_limits<Int>::max()) return Outcome::Fail("call id out of range");
-    Int values[2] = {static_cast<Int>(id), -static_cast<Int>(id)};
+    // BLACS's "max" is the largest *absolute* value: keep both entries non-negative.
+    constexpr Int kTop = std::numeric_limits<Int>::max() / 2;
+    if (id < 0 || id > kTop) return Outcome::Fail("call id out of range");
+    Int values[2] = {static_cast<Int>(id), kTop - static_cast<Int>(id)};
     Int two = 2, one = 1, flag = -1, all = -1, none = 0;
-    Typed<Igamx2d>("igamx2d_")(&world, "A", " ", &two, &one, values, &two, nullptr, nullptr,
-                               &flag, &all, &none);
+    Typed<Igamx2d>("igamx2d_")(&world, "A", " ", &two, &one, values, &two, nullptr, nullptr, &flag,
+                               &all, &none);
     *largest = values[0];
-    *smallest = -values[1];
+    *smallest = kTop - values[1];
     return {};
   }
 
@@ -279,6 +289,7 @@ class Engine {
   std::multiset<int64_t> waiting_;
   bool busy_ = false;
   uint64_t changes_ = 0;  // arrivals and departures of this process's calls
+  int64_t step_backs_ = 0;
   std::mutex world_mu_;
   Int world_ = -1;
   Int world_size_ = 0;
@@ -345,9 +356,7 @@ class Call {
   }
 
  private:
-  Int GlobalRow(Int i) const {
-    return ((i / l_.tile) * l_.rows + l_.row) * l_.tile + i % l_.tile;
-  }
+  Int GlobalRow(Int i) const { return ((i / l_.tile) * l_.rows + l_.row) * l_.tile + i % l_.tile; }
 
   Outcome RunStep(Step step, Int* info) {
     T* a = static_cast<T*>(o_.a_out);
@@ -356,30 +365,30 @@ class Call {
     switch (step) {
       case Step::kPotrf:
       case Step::kPotri: {
-        using Fn = void (*)(const char*, const Int*, void*, const Int*, const Int*, const Int*,
-                            Int*);
-        Typed<Fn>(Name<T>(step == Step::kPotrf ? "potrf" : "potri"))(lower, &l_.n, a, &one,
-                                                                     &one, l_.desc, info);
+        using Fn =
+            void (*)(const char*, const Int*, void*, const Int*, const Int*, const Int*, Int*);
+        Typed<Fn>(Name<T>(step == Step::kPotrf ? "potrf" : "potri"))(lower, &l_.n, a, &one, &one,
+                                                                     l_.desc, info);
         return {};
       }
       case Step::kPotrs: {
-        using Fn = void (*)(const char*, const Int*, const Int*, const void*, const Int*,
-                            const Int*, const Int*, void*, const Int*, const Int*, const Int*,
-                            Int*);
+        using Fn =
+            void (*)(const char*, const Int*, const Int*, const void*, const Int*, const Int*,
+                     const Int*, void*, const Int*, const Int*, const Int*, Int*);
         Typed<Fn>(Name<T>("potrs"))(lower, &l_.n, &nrhs_, a, &one, &one, l_.desc, b_.data(), &one,
                                     &one, desc_b_, info);
         return {};
       }
       case Step::kGetrf: {
-        using Fn = void (*)(const Int*, const Int*, void*, const Int*, const Int*, const Int*,
-                            Int*, Int*);
+        using Fn =
+            void (*)(const Int*, const Int*, void*, const Int*, const Int*, const Int*, Int*, Int*);
         Typed<Fn>(Name<T>("getrf"))(&l_.n, &l_.n, a, &one, &one, l_.desc, o_.ipiv, info);
         return {};
       }
       case Step::kGetrs: {
-        using Fn = void (*)(const char*, const Int*, const Int*, const void*, const Int*,
-                            const Int*, const Int*, const Int*, void*, const Int*, const Int*,
-                            const Int*, Int*);
+        using Fn =
+            void (*)(const char*, const Int*, const Int*, const void*, const Int*, const Int*,
+                     const Int*, const Int*, void*, const Int*, const Int*, const Int*, Int*);
         const char trans[2] = {o_.trans, '\0'};
         Typed<Fn>(Name<T>("getrs"))(trans, &l_.n, &nrhs_, a, &one, &one, l_.desc, o_.ipiv,
                                     b_.data(), &one, &one, desc_b_, info);
@@ -444,7 +453,8 @@ class Call {
 std::string Check(const Operands& o, const MpGrid& g, Dtype* dtype) {
   const std::string target = o.target;
   auto type = DtypeOf(o.a->element_type());
-  if (!type) return target + ": unsupported dtype; expected float32, float64, complex64 or complex128";
+  if (!type)
+    return target + ": unsupported dtype; expected float32, float64, complex64 or complex128";
   *dtype = *type;
   if (o.a->dimensions().size() != 2)
     return target + ": the local array must have rank 2 ([C, LLD]), got rank " +
@@ -463,8 +473,8 @@ std::string Check(const Operands& o, const MpGrid& g, Dtype* dtype) {
     return target + ": " + sizes;
   if (o.routine->rhs && (o.x_dims.size() != 2 || o.x_dims[1] != g.n))
     return target + ": b must be [nrhs, N] with N=" + std::to_string(g.n);
-  if (o.routine->eigenvalues && (o.w_dims.size() != 1 || o.w_dims[0] != g.n ||
-                                 o.w_type != RealTypeOf(*type)))
+  if (o.routine->eigenvalues &&
+      (o.w_dims.size() != 1 || o.w_dims[0] != g.n || o.w_type != RealTypeOf(*type)))
     return target + ": w must be [N] of A's real dtype";
   return "";
 }
@@ -478,6 +488,8 @@ Outcome RunTyped(const Operands& o, Local& l, Int context, Int* info) {
 void FillNaN(void* data, size_t bytes) { std::memset(data, 0xFF, bytes); }
 
 }  // namespace
+
+int64_t ScalapackStepBacks() { return Engine::Get().StepBacks(); }
 
 std::string ScalapackMissing() {
   std::string missing;
@@ -499,8 +511,7 @@ ffi::Error RunOnScalapack(const Operands& o, const MpGrid& g) {
   }
   Dtype dtype;
   if (std::string error = Check(o, g, &dtype); !error.empty()) return Fail(error);
-  if (o.a->untyped_data() != o.a_out)
-    std::memcpy(o.a_out, o.a->untyped_data(), o.a->size_bytes());
+  if (o.a->untyped_data() != o.a_out) std::memcpy(o.a_out, o.a->untyped_data(), o.a->size_bytes());
   if (o.routine->rhs && o.b->untyped_data() != o.x_out)
     std::memcpy(o.x_out, o.b->untyped_data(), o.b->size_bytes());
 
@@ -517,11 +528,11 @@ ffi::Error RunOnScalapack(const Operands& o, const MpGrid& g) {
     l.cols = cols;
     l.local_rows = Numroc(l.n, l.tile, l.row, rows);
     l.local_cols = Numroc(l.n, l.tile, l.col, cols);
-    const std::string at = std::string(o.target) + " at grid position (" +
-                           std::to_string(l.row) + ", " + std::to_string(l.col) + "): ";
+    const std::string at = std::string(o.target) + " at grid position (" + std::to_string(l.row) +
+                           ", " + std::to_string(l.col) + "): ";
     if (l.lld < std::max<Int>(1, l.local_rows) || o.a->dimensions()[0] < l.local_cols)
-      return Outcome::Fail(at + "the local array [" + std::to_string(o.a->dimensions()[0]) +
-                           ", " + std::to_string(l.lld) + "] cannot hold the " +
+      return Outcome::Fail(at + "the local array [" + std::to_string(o.a->dimensions()[0]) + ", " +
+                           std::to_string(l.lld) + "] cannot hold the " +
                            std::to_string(l.local_rows) + " x " + std::to_string(l.local_cols) +
                            " local block");
     if (o.routine->pivots != Pivots::kNone &&
@@ -532,8 +543,8 @@ ffi::Error RunOnScalapack(const Operands& o, const MpGrid& g) {
     Typed<Descinit>("descinit_")(l.desc, &l.n, &l.n, &l.tile, &l.tile, &zero, &zero, &context,
                                  &l.lld, &desc_info);
     if (desc_info != 0)
-      return Outcome::Fail(at + "descinit rejected the layout (info " +
-                           std::to_string(desc_info) + ")");
+      return Outcome::Fail(at + "descinit rejected the layout (info " + std::to_string(desc_info) +
+                           ")");
     switch (dtype) {
       case Dtype::kF32: return RunTyped<float>(o, l, context, &info);
       case Dtype::kF64: return RunTyped<double>(o, l, context, &info);
@@ -550,8 +561,7 @@ ffi::Error RunOnScalapack(const Operands& o, const MpGrid& g) {
   if (info != 0) {
     if (o.routine->rhs) FillNaN(o.x_out, o.b->size_bytes());
     if (o.routine->result != Result::kUnchanged) FillNaN(o.a_out, o.a->size_bytes());
-    if (o.routine->eigenvalues)
-      FillNaN(o.w_out, static_cast<size_t>(g.n) * RealElementSize(dtype));
+    if (o.routine->eigenvalues) FillNaN(o.w_out, static_cast<size_t>(g.n) * RealElementSize(dtype));
   }
   o.status_out[0] = info;
   return ffi::Error::Success();

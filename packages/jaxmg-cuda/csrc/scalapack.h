@@ -38,6 +38,9 @@ ffi::Error RunOnScalapack(const Operands& operands, const MpGrid& grid);
 // "" when the ScaLAPACK and BLACS symbols are loaded in this process, else what is missing.
 std::string ScalapackMissing();
 
+// How many times a call of this process stepped back for a smaller one (scalapack.cc; tests).
+int64_t ScalapackStepBacks();
+
 }  // namespace jaxmg
 
 #endif  // JAXMG_SCALAPACK_H_

@@ -35,6 +35,15 @@ void DelayForTests(int32_t position) {
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
 }
 
+void MpLateForTests(int64_t call_id) {
+  const char* text = std::getenv("JAXMG_TEST_MP_LATE");
+  if (text == nullptr || *text == '\0') return;
+  long long id = -1;
+  double seconds = 0;
+  if (std::sscanf(text, "%lld:%lf", &id, &seconds) != 2 || id != call_id || seconds <= 0) return;
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+}
+
 bool IllegalLeadingDimensionForTests() { return Set("JAXMG_TEST_ILLEGAL_LDA"); }
 
 bool ShareByHandleForTests() { return Set("JAXMG_TEST_SHARE_BY_HANDLE"); }

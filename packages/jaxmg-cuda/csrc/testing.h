@@ -14,6 +14,11 @@ namespace jaxmg {
 // call without TIMES). Lets tests make one participant arrive late.
 void DelayForTests(int32_t position);
 
+// JAXMG_TEST_MP_LATE="CALL_ID:SECONDS": backend "mp"'s call with trace-time id CALL_ID sleeps
+// SECONDS before this process learns of it. Set in one process only, it makes the processes
+// start a program's independent calls in different orders (scalapack.cc).
+void MpLateForTests(int64_t call_id);
+
 // JAXMG_TEST_ILLEGAL_LDA=1: the LAPACK twin passes an illegal leading dimension, to provoke
 // LAPACK's info < 0 (an error, never a status).
 bool IllegalLeadingDimensionForTests();

@@ -36,6 +36,7 @@ jax.distributed.initialize(cluster_detection_method="mpi4py", initialization_tim
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from jax.experimental import multihost_utils  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
@@ -52,7 +53,7 @@ def report(check, ok, **extra):
 
 def host(x):
     """A replicated or sharded result as numpy on every process."""
-    return np.asarray(jax.experimental.multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
 
 
 def matrices(n, dtype, seed=0):
@@ -195,6 +196,8 @@ def killed(mesh):
     A = jax.device_put(hpd, NamedSharding(mesh, P(None, "x")))
     report("first", close(jaxmg.potrs(A, b, backend="mp"), np.linalg.solve(hpd, b), np.float64))
     results.joinpath(f"{rank}.jsonl").write_text("\n".join(lines) + "\n")
+    # Every process has written its results before one of them dies.
+    multihost_utils.sync_global_devices("results written")
     if rank == size - 1:
         os.kill(os.getpid(), signal.SIGKILL)
     jaxmg.potrs(A, b, backend="mp").block_until_ready()

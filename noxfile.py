@@ -13,7 +13,8 @@
 - ``tsan``: the rendezvous and CPU twin under ThreadSanitizer.
 - ``asan``: the CUDA layer on the CUDA emulator under AddressSanitizer.
 - ``bench``: the CPU benchmarks (solvers vs JAX on one device; derivatives vs JAX on one
-  device; layout round trip; one device per process vs one process); arguments after ``--`` go
+  device; layout round trip; one device per process vs one process; backend "mp" against
+  ScaLAPACK called directly); arguments after ``--`` go
   to ``benchmarks/solvers.py``.
 - ``gpu``: on a GPU machine, build against the installed CUDA, run the GPU tests with
   ``JAXMG_REQUIRE_GPU=1`` and the GPU benchmarks (``benchmarks/gpu_validate.py``).
@@ -158,7 +159,7 @@ def demo(session):
 @nox.session
 def bench(session):
     """CPU benchmarks; results under benchmarks/results/."""
-    install_jaxmg(session, "plot")
+    install_jaxmg(session, "plot", "mpi")
     results = ROOT / "benchmarks" / "results"
 
     def solvers(name, *args):
@@ -207,6 +208,14 @@ def bench(session):
         "benchmarks/multiprocess.py",
         "--json",
         str(results / "multiprocess_cpu.jsonl"),
+    )
+    # backend="mp" (ScaLAPACK over MPI) on 1, 2, 4 processes against ScaLAPACK called directly.
+    session.run(
+        "python",
+        "benchmarks/multi_node.py",
+        *("--n", "4096", "--processes", "1", "2", "4"),
+        *("--json", str(results / "multi_node_cpu.jsonl")),
+        *("--markdown", str(results / "multi_node_cpu.md")),
     )
 
 

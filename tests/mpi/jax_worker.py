@@ -11,8 +11,9 @@ where Gloo writes too). Scenarios:
 - ``solve``: potrs (+logdet), potri, syevd (values, vectors), cho_factor/cho_solve, lu_solve
   (N/T/C) and lu_factor, every dtype, both 1D forms, eager and under ``jit``, a tile that
   needs the relayout, a matrix that is not positive definite, and the same calls with
-  ``backend="mg"`` (jaxmg's one-host multi-process mode) giving the same answers; the gradient
-  of potrs plus logdet against the closed form.
+  ``backend="mg"`` (jaxmg's one-host multi-process mode) giving the same answers;
+  ``potrs_no_shardmap`` inside the user's ``shard_map``; the gradient of potrs plus logdet
+  against the closed form.
 - ``quick``: potrs and lu_solve in float64 (for two jobs at once).
 - ``order``: one jitted program with two independent calls, the first of which reaches the
   engine a second late on the last rank (``JAXMG_TEST_MP_LATE``): the processes must agree on
@@ -121,6 +122,15 @@ def solve(mesh):
     A = jax.device_put(bad, NamedSharding(mesh, P(None, "x")))
     x, status = jaxmg.potrs(A, b, backend="mp", return_status=True)
     report("not_pd", int(status) > 0 and bool(np.isnan(np.asarray(x)).all()), status=int(status))
+    # Inside the user's shard_map, on local column blocks.
+    A = jax.device_put(hpd, NamedSharding(mesh, P(None, "x")))
+    local = jax.shard_map(
+        lambda a, r: jaxmg.potrs_no_shardmap(a, r, backend="mp"),
+        mesh=mesh, in_specs=(P(None, "x"), P()), out_specs=(P(), P()), check_vma=False,
+    )  # fmt: skip
+    x, status = jax.jit(local)(A, b)
+    ok = int(np.asarray(status)[0]) == 0 and close(x, np.linalg.solve(hpd, b), np.float64)
+    report("no_shardmap", ok)
     # Derivatives: the rules are the backend's too.
     A = jax.device_put(hpd, NamedSharding(mesh, P(None, "x")))
 

@@ -55,8 +55,9 @@ def test_every_routine_against_numpy_and_mg(tmp_path, processes):
     code, output = finish(launch(processes, "solve", tmp_path / "results"))
     assert code == 0, output[-4000:]
     found = checks(tmp_path / "results", processes)
-    # Per process: 11 checks x 4 dtypes x 2 forms, one not positive definite, one gradient.
-    assert len(found) == processes * (11 * 4 * 2 + 2), len(found)
+    # Per process: 11 checks x 4 dtypes x 2 forms, one not positive definite, one inside the
+    # user's shard_map, one gradient.
+    assert len(found) == processes * (11 * 4 * 2 + 3), len(found)
     failed = [c for c in found if not c["ok"]]
     assert not failed, failed
 

@@ -376,7 +376,9 @@ def _mp_processes(mesh, axis: str, platform: str, fn: str) -> int:
     return ndev
 
 
-def from_abstract_mesh(axis_name: str | None, form: Form, fits) -> Geometry:
+def from_abstract_mesh(
+    axis_name: str | None, form: Form, fits, backend=None, fn: str = "jaxmg"
+) -> Geometry:
     """The geometry inside a user's ``shard_map``, where only the abstract mesh is known.
 
     ``axis_name=None`` picks the one mesh axis whose size ``fits(size)`` says the local block
@@ -406,6 +408,11 @@ def from_abstract_mesh(axis_name: str | None, form: Form, fits) -> Geometry:
             "local blocks."
         )
     platform = _platform(mesh)
+    if choose_backend(backend, mesh, axis_name, platform) == "mp":
+        ndev = _mp_processes(mesh, axis_name, platform, fn)
+        return Geometry(
+            mesh, axis_name, form, ndev, platform, (UNKNOWN_DEVICE,) * ndev, backend="mp"
+        )
     device_ids, job, pids = _abstract_participants(mesh, axis_name, platform)
     check_device_count(len(device_ids), platform, axis_name)
     return Geometry(mesh, axis_name, form, len(device_ids), platform, device_ids, job, pids)

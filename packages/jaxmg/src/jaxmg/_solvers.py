@@ -584,8 +584,11 @@ def potri_symmetrize(A):
 # --- inside a user's shard_map --------------------------------------------------------------
 
 
-def _local_statics(a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, routine, fn):
+def _local_statics(
+    a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, routine, fn, backend=None
+):
     """Validate a local block and the arguments; the static arguments of the local bodies."""
+    backend = _checks.backend(backend, fn)
     if sharded_by not in ("cols", "rows"):
         raise ValueError(f"{fn}: sharded_by must be 'cols' or 'rows', got {sharded_by!r}.")
     _checks.matrix_dtype(a, fn, argname="a")
@@ -600,7 +603,9 @@ def _local_statics(a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, rout
             return width * ndev == n
         return _checks.plan(n, ndev, T_A, fn).local_width == width
 
-    geometry = _geometry.from_abstract_mesh(axis_name, sharded_by, fits)
+    geometry = _geometry.from_abstract_mesh(axis_name, sharded_by, fits, backend, fn)
+    if geometry.backend == "mp":
+        _native.load_mp(fn)
     layout = _layout(T_A, n, geometry, pad, routine, fn)
     expected = layout.local_width if cyclic_1d else layout.shard_size
     if width != expected:
@@ -631,6 +636,7 @@ def potrs_no_shardmap(
     sharded_by="cols",
     pad=True,
     relayout="native",
+    backend=None,
 ):
     """:func:`potrs` on local blocks, called inside the caller's ``jax.shard_map``.
 
@@ -639,7 +645,8 @@ def potrs_no_shardmap(
         default) or ``[N/ndev, N]`` rows (``sharded_by="rows"``); in the block-cyclic layout
         when ``cyclic_1d``.
       b: ``[N]`` or ``[N, nrhs]``, the same on every device.
-      T_A, pad, relayout: as for :func:`potrs`.
+      T_A, pad, relayout, backend: as for :func:`potrs` (``backend="mp"``: the enclosing
+        ``shard_map``'s axis must hold one device of every process of the job).
       axis_name: the mesh axis the blocks are split over; default: the one axis of the
         enclosing ``shard_map`` whose size fits the block.
 
@@ -649,7 +656,9 @@ def potrs_no_shardmap(
     """
     fn = "jaxmg.potrs_no_shardmap"
     _checks.keyword_only(fn, positional, "cyclic_1d (the original README's jaxmg)")
-    statics = _local_statics(a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, "potrs", fn)
+    statics = _local_statics(
+        a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, "potrs", fn, backend
+    )
     return _potrs_blocks(a, b, statics)
 
 
@@ -662,6 +671,7 @@ def potri_no_shardmap(
     sharded_by="cols",
     pad=True,
     relayout="native",
+    backend=None,
 ):
     """:func:`potri` on local blocks inside ``jax.shard_map``; returns ``(inverse_block, status)``.
 
@@ -671,7 +681,9 @@ def potri_no_shardmap(
     """
     fn = "jaxmg.potri_no_shardmap"
     _checks.keyword_only(fn, positional, "cyclic_1d (the original README's jaxmg)")
-    statics = _local_statics(a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, "potri", fn)
+    statics = _local_statics(
+        a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, "potri", fn, backend
+    )
     return _potri_local(a, **statics)
 
 
@@ -685,6 +697,7 @@ def syevd_no_shardmap(
     sharded_by="cols",
     pad=True,
     relayout="native",
+    backend=None,
 ):
     """:func:`syevd` on local blocks inside ``jax.shard_map``.
 
@@ -695,14 +708,18 @@ def syevd_no_shardmap(
     """
     fn = "jaxmg.syevd_no_shardmap"
     _checks.keyword_only(fn, positional, "return_eigenvectors, e.g. return_eigenvectors=False")
-    statics = _local_statics(a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, "syevd", fn)
+    statics = _local_statics(
+        a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, "syevd", fn, backend
+    )
     return _syevd_local(a, vectors=bool(return_eigenvectors), **statics)
 
 
 # --- jaxmg 0.0.x's names for the functions inside shard_map ---------------------------------
 
 
-def potrs_shardmap_ctx(a, b, T_A=None, pad=True, *, axis_name=None, relayout="native"):
+def potrs_shardmap_ctx(
+    a, b, T_A=None, pad=True, *, axis_name=None, relayout="native", backend=None
+):
     """jaxmg 0.0.x's :func:`potrs_no_shardmap`: ``a`` is this device's block of rows
     ``[N/ndev, N]`` (``P(ax, None)``), inside the caller's ``jax.shard_map``.
 
@@ -710,22 +727,29 @@ def potrs_shardmap_ctx(a, b, T_A=None, pad=True, *, axis_name=None, relayout="na
     default the one axis of the enclosing ``shard_map`` whose size fits the block.
     """
     fn = "jaxmg.potrs_shardmap_ctx"
-    statics = _local_statics(a, T_A, False, axis_name, "rows", relayout, pad, "potrs", fn)
+    statics = _local_statics(a, T_A, False, axis_name, "rows", relayout, pad, "potrs", fn, backend)
     return _potrs_blocks(a, b, statics)
 
 
-def potri_shardmap_ctx(a, T_A=None, pad=True, *, axis_name=None, relayout="native"):
+def potri_shardmap_ctx(a, T_A=None, pad=True, *, axis_name=None, relayout="native", backend=None):
     """jaxmg 0.0.x's :func:`potri_no_shardmap` on a block of rows ``[N/ndev, N]``: returns
     ``(inverse_rows, status)``, this device's rows of the full Hermitian inverse (0.0.x
     returned only the upper triangle, for :func:`potri_symmetrize`, which leaves this
     unchanged)."""
     fn = "jaxmg.potri_shardmap_ctx"
-    statics = _local_statics(a, T_A, False, axis_name, "rows", relayout, pad, "potri", fn)
+    statics = _local_statics(a, T_A, False, axis_name, "rows", relayout, pad, "potri", fn, backend)
     return _potri_local(a, **statics)
 
 
 def syevd_shardmap_ctx(
-    a, T_A=None, return_eigenvectors=True, pad=True, *, axis_name=None, relayout="native"
+    a,
+    T_A=None,
+    return_eigenvectors=True,
+    pad=True,
+    *,
+    axis_name=None,
+    relayout="native",
+    backend=None,
 ):
     """jaxmg 0.0.x's :func:`syevd_no_shardmap` on a block of rows ``[N/ndev, N]``.
 
@@ -734,5 +758,5 @@ def syevd_shardmap_ctx(
     for ``out_specs=P(None, ax)``), which here costs no communication.
     """
     fn = "jaxmg.syevd_shardmap_ctx"
-    statics = _local_statics(a, T_A, False, axis_name, "rows", relayout, pad, "syevd", fn)
+    statics = _local_statics(a, T_A, False, axis_name, "rows", relayout, pad, "syevd", fn, backend)
     return _syevd_local(a, vectors=bool(return_eigenvectors), v_columns=True, **statics)

@@ -37,18 +37,12 @@ import time
 HERE = os.path.abspath(__file__)
 
 
-def hwm_bytes() -> int:
+def status_bytes(field: str) -> int:
+    """A memory figure of this process from /proc/self/status (``VmHWM``: the peak resident
+    memory, ``VmRSS``: the resident memory now), in bytes."""
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-def rss_bytes() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
     return 0
 
@@ -59,9 +53,9 @@ def first_run_bytes(fn) -> int:
     memory of an earlier run hides its allocations."""
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
-    before = rss_bytes()
+    before = status_bytes("VmRSS")
     fn()
-    return hwm_bytes() - before
+    return status_bytes("VmHWM") - before
 
 
 def timed(fn, warmup, runs):

@@ -22,7 +22,8 @@
   engine alone on 1x2, 2x1 and 2x2 process grids laid out by ``jaxmg_layout.BlockCyclic2D``, its
   native targets on those grids, and jaxmg's API with ``backend="mp"`` on 2 and 4 processes.
 - ``cuda_abi``: no GPU needed: fetch NVIDIA's CUDA 12 and 13 wheels (pinned, cached in
-  ``.nox/cuda_abi-cache``) and check ``csrc/cuda_api.h`` against their headers and libraries.
+  ``.nox/cuda_abi-cache``) and check ``csrc/cuda_api.h`` against their headers and libraries,
+  and ``csrc/cusolvermp_api.h`` against the cuSOLVERMp and NCCL wheels for each.
 """
 
 import os
@@ -260,7 +261,8 @@ if os.environ.get("JAXMG_NOX_VERBOSE"):
 
 @nox.session
 def cuda_abi(session):
-    """Check csrc/cuda_api.h against NVIDIA's CUDA 12 and 13 headers and libraries (no GPU)."""
+    """Check csrc/cuda_api.h and csrc/cusolvermp_api.h against NVIDIA's CUDA 12 and 13
+    headers and libraries (cuSOLVERMp and NCCL for the latter), with no GPU."""
     # cmake, pybind11 and jax: the self-test configures packages/jaxmg-cuda's CMakeLists.txt.
     session.install("cmake", "pybind11>=2.13", "jax>=0.10", "jaxlib>=0.10")
     session.run("python", str(PACKAGES / "jaxmg-cuda" / "abi" / "cuda_abi.py"), *session.posargs)

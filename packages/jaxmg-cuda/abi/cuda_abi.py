@@ -16,9 +16,19 @@ Per CUDA version:
    links to: cuBLAS, cuBLASLt, cuSPARSE, nvJitLink, about 1 GB more of wheels.) The driver's
    functions (libcuda.so.1, not in any wheel) are checked against cuda.h only.
 
-Then self-tests of the check itself: a copied header with one prototype or value changed must
-fail the compile with a message naming it, and the CMake build's header gate must skip (not
-fail) on incomplete or mixed header sets and enable the check on a complete one.
+3. The same for ``csrc/cusolvermp_api.h`` (cuSOLVERMp and NCCL, for the coming multi-node
+   backend), with ``csrc/cusolvermp_api_check.cc``: compiled against the cuSOLVERMp and NCCL
+   wheels for that CUDA major (pinned in MP_RELEASES, cached the same way) plus that CUDA
+   version's headers above; every name of JAXMG_CUSOLVERMP_FUNCTIONS / JAXMG_NCCL_FUNCTIONS is
+   exported by libcusolverMp.so.0 / libnccl.so.2, whose sonames are the ones the header names,
+   and libcusolverMp.so.0 links that CUDA major's runtime and cuSOLVER (the pairing is right).
+
+Both declaration headers must compile on their own with the C++ standard library alone.
+
+Then self-tests of the check itself: a copied header (NVIDIA's, or ours) with one prototype or
+value changed must fail the compile with a message naming it, a cuSOLVERMp wheel paired with
+the other CUDA major must be refused, and the CMake build's header gate must skip (not fail)
+on incomplete or mixed header sets and enable the check on a complete one.
 
 Usage: python cuda_abi.py [--no-self-test]
 """
@@ -27,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import mmap
 import os
 import re
 import shutil
@@ -36,7 +47,8 @@ import sys
 import tempfile
 import time
 import zipfile
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1]  # packages/jaxmg-cuda
@@ -45,6 +57,8 @@ CSRC = PACKAGE / "csrc"
 CHECK_SOURCE = CSRC / "cuda_api_check.cc"
 API_HEADER = CSRC / "cuda_api.h"
 LOADER_SOURCE = CSRC / "cuda_api.cc"
+MP_CHECK_SOURCE = CSRC / "cusolvermp_api_check.cc"
+MP_HEADER = CSRC / "cusolvermp_api.h"
 DEFAULT_CACHE = ROOT / ".nox" / "cuda_abi-cache"
 
 
@@ -55,6 +69,8 @@ class Release:
     label: str
     wheels: tuple[str, ...]
     libraries: dict[str, str]  # X-macro list ("cudart", "cusolverMg") -> soname
+    # soname -> sonames it must link (DT_NEEDED): what ties a wheel to one CUDA major
+    needs: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 RELEASES = (
@@ -83,6 +99,29 @@ RELEASES = (
 )
 
 
+# cuSOLVERMp and NCCL for each CUDA release above (by label): their headers are compiled with
+# that release's (cusolverMp.h includes cusolverDn.h). cusolverMp.h and nccl.h are the same
+# files in the -cu12 and -cu13 wheels; the libraries are built for one CUDA major each.
+MP_LIBRARIES = {"cusolverMp": "libcusolverMp.so.0", "nccl": "libnccl.so.2"}
+MP_RELEASES = {
+    "CUDA 12.9": Release(
+        "cuSOLVERMp 0.9.1 + NCCL 2.32.3 for CUDA 12",
+        (
+            "nvidia-cusolvermp-cu12==0.9.1.9318.post1",  # cusolverMp.h, libcusolverMp.so.0
+            "nvidia-nccl-cu12==2.32.3",  # nccl.h, libnccl.so.2
+        ),
+        MP_LIBRARIES,
+        {"libcusolverMp.so.0": ("libnccl.so.2", "libcudart.so.12", "libcusolver.so.11")},
+    ),
+    "CUDA 13.0": Release(
+        "cuSOLVERMp 0.9.1 + NCCL 2.32.3 for CUDA 13",
+        ("nvidia-cusolvermp-cu13==0.9.1.9318.post1", "nvidia-nccl-cu13==2.32.3"),
+        MP_LIBRARIES,
+        {"libcusolverMp.so.0": ("libnccl.so.2", "libcudart.so.13", "libcusolver.so.12")},
+    ),
+}
+
+
 def log(message: str) -> None:
     print(f"cuda_abi: {message}", flush=True)
 
@@ -105,7 +144,7 @@ def wanted_header(member: str) -> bool:
 def fetch(release: Release, cache_root: Path) -> tuple[Path, dict]:
     """The cached folder for `release` (headers + symbol tables), fetching it if missing."""
     key = hashlib.sha256("\n".join(release.wheels).encode()).hexdigest()[:12]
-    folder = cache_root / f"{release.label.replace(' ', '-').lower()}-{key}"
+    folder = cache_root / f"{re.sub(r'[^a-z0-9.]+', '-', release.label.lower())}-{key}"
     if (folder / "complete").is_file():
         return folder, {"cached": True}
     cache_root.mkdir(parents=True, exist_ok=True)
@@ -129,8 +168,9 @@ def fetch(release: Release, cache_root: Path) -> tuple[Path, dict]:
                     elif member.rpartition("/")[2] in sonames and "/lib/" in member:
                         soname = member.rpartition("/")[2]
                         path = Path(archive.extract(member, tmp / "lib"))
-                        names = sorted(exported_functions(path))
+                        names, dynamic = read_elf(path)
                         (staging / "symbols" / f"{soname}.txt").write_text("\n".join(names))
+                        (staging / "symbols" / f"{soname}.dynamic").write_text("\n".join(dynamic))
                         path.unlink()
             wheel.unlink()
         missing = [s for s in sonames if not (staging / "symbols" / f"{s}.txt").is_file()]
@@ -150,60 +190,77 @@ def include_dirs(folder: Path) -> list[Path]:
 # --- ELF dynamic symbols -----------------------------------------------------------------------
 
 
-def exported_functions(path: Path) -> set[str]:
-    """Functions a 64-bit little-endian ELF shared object exports to dlsym.
+def read_elf(path: Path) -> tuple[list[str], list[str]]:
+    """The functions a 64-bit little-endian ELF shared object exports to dlsym, sorted, and its
+    dynamic section's ``SONAME x`` and ``NEEDED y`` entries.
 
-    Defined (not SHN_UNDEF), STT_FUNC or STT_GNU_IFUNC, GLOBAL or WEAK binding, default or
-    protected visibility, and (when the library has symbol versions) not a hidden version:
-    dlsym without a version finds only the default one.
+    Exported: defined (not SHN_UNDEF), STT_FUNC or STT_GNU_IFUNC, GLOBAL or WEAK binding,
+    default or protected visibility, and (when the library has symbol versions) not a hidden
+    version: dlsym without a version finds only the default one.
     """
-    data = path.read_bytes()
-    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
-        raise CheckFailed(f"{path.name}: not a 64-bit little-endian ELF file")
-    (shoff,) = struct.unpack_from("<Q", data, 0x28)
-    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
-    sections = [
-        struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)
-    ]
-    sht_dynsym, sht_gnu_versym = 11, 0x6FFFFFFF
-    dynsym = next((s for s in sections if s[1] == sht_dynsym), None)
-    if dynsym is None:
-        raise CheckFailed(f"{path.name}: no .dynsym section")
-    versym = next((s for s in sections if s[1] == sht_gnu_versym), None)
-    strtab = sections[dynsym[6]]
-    str_off = strtab[4]
-    names = set()
-    for i in range(dynsym[5] // dynsym[9]):
-        name_off, info, other, shndx, _value, _size = struct.unpack_from(
-            "<IBBHQQ", data, dynsym[4] + i * dynsym[9]
-        )
-        kind, bind, visibility = info & 0xF, info >> 4, other & 0x3
-        if shndx == 0 or kind not in (2, 10) or bind not in (1, 2) or visibility not in (0, 3):
-            continue
-        if versym is not None:
-            (version,) = struct.unpack_from("<H", data, versym[4] + 2 * i)
-            if version & 0x8000:
+    with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+            raise CheckFailed(f"{path.name}: not a 64-bit little-endian ELF file")
+        (shoff,) = struct.unpack_from("<Q", data, 0x28)
+        shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+        sections = [
+            struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)
+        ]
+
+        def string(table: tuple, offset: int) -> str:
+            start = table[4] + offset
+            return data[start : data.find(b"\0", start)].decode()
+
+        sht_dynamic, sht_dynsym, sht_gnu_versym = 6, 11, 0x6FFFFFFF
+        dynsym = next((s for s in sections if s[1] == sht_dynsym), None)
+        if dynsym is None:
+            raise CheckFailed(f"{path.name}: no .dynsym section")
+        versym = next((s for s in sections if s[1] == sht_gnu_versym), None)
+        strtab = sections[dynsym[6]]
+        names = set()
+        for i in range(dynsym[5] // dynsym[9]):
+            name_off, info, other, shndx, _value, _size = struct.unpack_from(
+                "<IBBHQQ", data, dynsym[4] + i * dynsym[9]
+            )
+            kind, bind, visibility = info & 0xF, info >> 4, other & 0x3
+            if shndx == 0 or kind not in (2, 10) or bind not in (1, 2) or visibility not in (0, 3):
                 continue
-        end = data.index(b"\0", str_off + name_off)
-        names.add(data[str_off + name_off : end].decode())
-    return names
+            if versym is not None:
+                (version,) = struct.unpack_from("<H", data, versym[4] + 2 * i)
+                if version & 0x8000:
+                    continue
+            names.add(string(strtab, name_off))
+        dynamic = []
+        section = next((s for s in sections if s[1] == sht_dynamic), None)
+        if section is not None:
+            dt_null, dt_needed, dt_soname = 0, 1, 14
+            for i in range(section[5] // 16):
+                tag, value = struct.unpack_from("<qQ", data, section[4] + 16 * i)
+                if tag == dt_null:
+                    break
+                if tag in (dt_needed, dt_soname):
+                    entry = "NEEDED" if tag == dt_needed else "SONAME"
+                    dynamic.append(f"{entry} {string(sections[section[6]], value)}")
+    return sorted(names), dynamic
 
 
-# --- The lists of cuda_api.h -------------------------------------------------------------------
+# --- The lists and declarations of our headers ------------------------------------------------
+
+# X-macro list (the key used everywhere here) -> the macro, per declaration header.
+CUDA_LISTS = {
+    "cudart": "JAXMG_CUDART_FUNCTIONS",
+    "driver": "JAXMG_DRIVER_FUNCTIONS",
+    "cusolverMg": "JAXMG_CUSOLVERMG_FUNCTIONS",
+}
+MP_LISTS = {"nccl": "JAXMG_NCCL_FUNCTIONS", "cusolverMp": "JAXMG_CUSOLVERMP_FUNCTIONS"}
 
 
-def listed_functions(compiler: str) -> dict[str, list[str]]:
-    """The names of each X-macro list, as the loader spells them for dlsym."""
-    probe = (
-        '#include "cuda_api.h"\n'
-        "#define JAXMG_ABI_NAME(lib) JAXMG_ABI_##lib\n"
-        "#define JAXMG_ABI_CUDART(ret, name, params) @@jaxmg_abi cudart #name\n"
-        "#define JAXMG_ABI_DRIVER(ret, name, params) @@jaxmg_abi driver #name\n"
-        "#define JAXMG_ABI_MG(ret, name, params) @@jaxmg_abi cusolverMg #name\n"
-        "JAXMG_CUDART_FUNCTIONS(JAXMG_ABI_CUDART)\n"
-        "JAXMG_DRIVER_FUNCTIONS(JAXMG_ABI_DRIVER)\n"
-        "JAXMG_CUSOLVERMG_FUNCTIONS(JAXMG_ABI_MG)\n"
-    )
+def listed_functions(compiler: str, header: Path, macros: dict[str, str]) -> dict[str, list[str]]:
+    """The names of each X-macro list of `header`, as a loader spells them for dlsym."""
+    probe = f'#include "{header.name}"\n'
+    for lib, macro in macros.items():
+        probe += f"#define JAXMG_PROBE_{lib}(ret, name, params) @@jaxmg_abi {lib} #name\n"
+        probe += f"{macro}(JAXMG_PROBE_{lib})\n"
     out = subprocess.run(
         [compiler, "-std=c++17", "-E", "-P", f"-I{CSRC}", "-x", "c++", "-"],
         input=probe,
@@ -211,35 +268,39 @@ def listed_functions(compiler: str) -> dict[str, list[str]]:
         text=True,
         check=True,
     ).stdout
-    lists: dict[str, list[str]] = {"cudart": [], "driver": [], "cusolverMg": []}
+    lists: dict[str, list[str]] = {lib: [] for lib in macros}
     for lib, name in re.findall(r'@@jaxmg_abi (\w+) "(\w+)"', out):
         lists[lib].append(name)
     if not all(lists.values()):
-        raise CheckFailed(f"could not read the X-macro lists of cuda_api.h: {lists}")
+        raise CheckFailed(f"could not read the X-macro lists of {header.name}: {lists}")
     return lists
 
 
-def declared_names() -> tuple[list[str], list[str]]:
-    """The constants/enumerators and the enum/struct types cuda_api.h declares."""
-    text = re.sub(r"//[^\n]*", "", API_HEADER.read_text())
+def declared_names(header: Path) -> tuple[list[str], list[str], list[str]]:
+    """The constants/enumerators, the enum/struct types and the type aliases (``using x =``,
+    ``typedef struct s* x``) that `header` declares."""
+    text = re.sub(r"//[^\n]*", "", header.read_text())
     constants = re.findall(r"constexpr\s+[\w:\s]+?\s(\w+)\s*=", text)
     types = []
     for name, body in re.findall(r"enum\s+(\w+)\s*\{([^}]*)\}", text):
         types.append(name)
         constants += re.findall(r"(\w+)\s*=", body)
     types += re.findall(r"struct\s+(\w+)\s*\{", text)
-    return constants, [t for t in types if t != "Api"]
+    aliases = re.findall(r"using\s+(\w+)\s*=", text)
+    aliases += re.findall(r"typedef\s+struct\s+\w+\s*\*\s*(\w+)\s*;", text)
+    return constants, [t for t in types if t not in ("Api", "MpApi")], aliases
 
 
-def check_coverage() -> int:
-    """Every constant and type of cuda_api.h is named in the check file."""
-    check = CHECK_SOURCE.read_text()
-    constants, types = declared_names()
-    missing = [n for n in constants if not re.search(rf"\b{n}\b", check)]
+def check_coverage(header: Path, check_source: Path) -> int:
+    """Every constant, type and alias of `header` is named in its check file."""
+    check = check_source.read_text()
+    constants, types, aliases = declared_names(header)
+    missing = [n for n in constants + aliases if not re.search(rf"\b{n}\b", check)]
     missing += [t for t in types if f"c::{t}" not in check]
     if missing:
         raise CheckFailed(
-            "cuda_api.h declares what csrc/cuda_api_check.cc does not check: " + ", ".join(missing)
+            f"{header.name} declares what csrc/{check_source.name} does not check: "
+            + ", ".join(missing)
         )
     return len(constants)
 
@@ -247,8 +308,8 @@ def check_coverage() -> int:
 # --- Compiling ---------------------------------------------------------------------------------
 
 
-def compiler_command(compiler: str, includes: list[Path]) -> list[str]:
-    cmd = [compiler, "-std=c++17", "-DDISABLE_CUSOLVERMG_DEPRECATED", f"-I{CSRC}"]
+def compiler_command(compiler: str, includes: list[Path], csrc: Path = CSRC) -> list[str]:
+    cmd = [compiler, "-std=c++17", "-DDISABLE_CUSOLVERMG_DEPRECATED", f"-I{csrc}"]
     return cmd + [f"-I{d}" for d in includes]
 
 
@@ -260,17 +321,17 @@ def clean_env() -> dict[str, str]:
     return env
 
 
-def compile_check(compiler: str, includes: list[Path]) -> subprocess.CompletedProcess:
-    cmd = compiler_command(compiler, includes) + ["-fsyntax-only", "-Wall", "-Wextra"]
-    return subprocess.run(
-        cmd + [str(CHECK_SOURCE)], capture_output=True, text=True, env=clean_env()
-    )
+def compile_check(
+    compiler: str, includes: list[Path], source: Path = CHECK_SOURCE, csrc: Path = CSRC
+) -> subprocess.CompletedProcess:
+    cmd = compiler_command(compiler, includes, csrc) + ["-fsyntax-only", "-Wall", "-Wextra"]
+    return subprocess.run(cmd + [str(source)], capture_output=True, text=True, env=clean_env())
 
 
-def headers_used(compiler: str, includes: list[Path]) -> list[Path]:
-    """Every header the check compiles with (the compiler's dependency list)."""
+def headers_used(compiler: str, includes: list[Path], source: Path = CHECK_SOURCE) -> list[Path]:
+    """Every header `source` compiles with (the compiler's dependency list)."""
     out = subprocess.run(
-        compiler_command(compiler, includes) + ["-M", str(CHECK_SOURCE)],
+        compiler_command(compiler, includes) + ["-M", str(source)],
         capture_output=True,
         text=True,
         check=True,
@@ -291,53 +352,140 @@ def system_dirs(compiler: str) -> list[Path]:
     return [Path(line.strip()).resolve() for line in block.splitlines() if line.strip()]
 
 
-def check_release(release: Release, folder: Path, compiler: str, lists) -> str:
-    includes = include_dirs(folder)
-    # (a) Prototypes, types and values, against this version's headers and nothing else.
+def check_compiles(
+    label: str, compiler: str, header: Path, source: Path, folders: dict[Path, tuple[str, ...]]
+) -> int:
+    """`source` compiles against the headers of `folders` (and the compiler's own) only, taking
+    from each folder the headers listed for it. Returns how many NVIDIA headers it used."""
+    includes = [d for folder in folders for d in include_dirs(folder)]
     sysdirs = system_dirs(compiler)
     if any("cuda" in str(d).lower() for d in sysdirs):
         raise CheckFailed(f"the compiler's own include path has CUDA headers: {sysdirs}")
     allowed = [d.resolve() for d in includes] + [CSRC.resolve()] + sysdirs
-    used = headers_used(compiler, includes)
+    used = headers_used(compiler, includes, source)
     stray = [p for p in used if not any(p.resolve().is_relative_to(d) for d in allowed)]
     if stray:
-        raise CheckFailed(f"{release.label}: headers from outside the wheels: {stray}")
-    nvidia = sorted({p.name for p in used if p.resolve().is_relative_to(folder.resolve())})
-    for needed in ("cusolverMg.h", "cuda_runtime_api.h", "cuda.h", "library_types.h"):
-        if needed not in nvidia:
-            raise CheckFailed(f"{release.label}: {needed} was not taken from the wheels")
-    result = compile_check(compiler, includes)
+        raise CheckFailed(f"{label}: headers from outside the wheels: {stray}")
+    nvidia = set()
+    for folder, needed in folders.items():
+        taken = {p.name for p in used if p.resolve().is_relative_to(folder.resolve())}
+        for name in needed:
+            if name not in taken:
+                raise CheckFailed(f"{label}: {name} was not taken from the wheels")
+        nvidia |= {(folder, name) for name in taken}
+    result = compile_check(compiler, includes, source)
     if result.returncode != 0:
         raise CheckFailed(
-            f"{release.label}: csrc/cuda_api.h does not match NVIDIA's headers:\n"
+            f"{label}: csrc/{header.name} does not match NVIDIA's headers:\n"
             + result.stdout
             + result.stderr
         )
-    # (b) Every name the loader asks dlsym for is exported by the library it opens.
-    loader = LOADER_SOURCE.read_text()
+    return len(nvidia)
+
+
+def check_exports(label: str, folder: Path, libraries: dict[str, str], lists) -> int:
+    """Every name of each list is an exported function of its library; returns how many."""
     symbols = 0
-    for lib, soname in release.libraries.items():
-        if f'"{soname}"' not in loader:
-            raise CheckFailed(f"{release.label}: cuda_api.cc does not open {soname}")
+    for lib, soname in libraries.items():
         exported = set((folder / "symbols" / f"{soname}.txt").read_text().split())
         if len(exported) < 20 or "jaxmgNoSuchFunction" in exported:
             raise CheckFailed(f"{soname}: implausible symbol table ({len(exported)} functions)")
         missing = [n for n in lists[lib] if n not in exported]
         if missing:
-            raise CheckFailed(f"{release.label}: {soname} does not export {', '.join(missing)}")
+            raise CheckFailed(f"{label}: {soname} does not export {', '.join(missing)}")
         symbols += len(lists[lib])
+    return symbols
+
+
+def check_needs(label: str, folder: Path, needs: dict[str, tuple[str, ...]]) -> None:
+    """Each library of `folder` has its file name as soname and links what `needs` says."""
+    for soname, needed in needs.items():
+        path = folder / "symbols" / f"{soname}.dynamic"
+        if not path.is_file():
+            raise CheckFailed(f"{label}: no dynamic section recorded in {folder}; delete it")
+        dynamic = path.read_text().splitlines()
+        if f"SONAME {soname}" not in dynamic:
+            raise CheckFailed(f"{label}: the soname of {soname} is not {soname}: {dynamic}")
+        missing = [n for n in needed if f"NEEDED {n}" not in dynamic]
+        if missing:
+            raise CheckFailed(f"{label}: {soname} does not link {', '.join(missing)}: {dynamic}")
+
+
+def check_standalone(compiler: str, headers: tuple[Path, ...]) -> None:
+    """Each header compiles alone, with nothing but csrc/ and the C++ standard library."""
+    sysdirs = system_dirs(compiler) + [CSRC.resolve()]
+    for header in headers:
+        base = [compiler, "-std=c++17", "-x", "c++", str(header)]
+        result = subprocess.run(
+            base + ["-fsyntax-only", "-Wall", "-Wextra", "-Werror"],
+            capture_output=True,
+            text=True,
+            env=clean_env(),
+        )
+        if result.returncode != 0:
+            raise CheckFailed(f"{header.name} does not compile on its own:\n{result.stderr}")
+        deps = subprocess.run(
+            base + ["-M"], capture_output=True, text=True, check=True, env=clean_env()
+        ).stdout
+        used = [Path(p) for p in deps.replace("\\\n", " ").split()[1:]]
+        stray = [p for p in used if not any(p.resolve().is_relative_to(d) for d in sysdirs)]
+        if stray:
+            raise CheckFailed(f"{header.name} includes more than the standard library: {stray}")
+
+
+def check_release(release: Release, folder: Path, compiler: str, lists) -> str:
+    # (a) Prototypes, types and values, against this version's headers and nothing else.
+    needed = ("cusolverMg.h", "cuda_runtime_api.h", "cuda.h", "library_types.h")
+    nvidia = check_compiles(release.label, compiler, API_HEADER, CHECK_SOURCE, {folder: needed})
+    # (b) Every name the loader asks dlsym for is exported by the library it opens.
+    loader = LOADER_SOURCE.read_text()
+    for soname in release.libraries.values():
+        if f'"{soname}"' not in loader:
+            raise CheckFailed(f"{release.label}: cuda_api.cc does not open {soname}")
+    symbols = check_exports(release.label, folder, release.libraries, lists)
     functions = sum(len(v) for v in lists.values())
     return (
         f"{release.label}: {functions} prototypes ({len(lists['driver'])} driver, against cuda.h "
-        f"only) and the mirrored types and values match {len(nvidia)} NVIDIA headers; "
+        f"only) and the mirrored types and values match {nvidia} NVIDIA headers; "
         f"{symbols} names exported by {' + '.join(release.libraries.values())}"
+    )
+
+
+def check_mp_release(
+    mp: Release, folder: Path, cuda: Release, cuda_folder: Path, compiler: str, lists
+) -> str:
+    label = f"{mp.label} (with {cuda.label}'s headers)"
+    # (a) Prototypes, types and values: cusolverMp.h and nccl.h from the cuSOLVERMp and NCCL
+    # wheels, what they include from this CUDA version's wheels.
+    nvidia = check_compiles(
+        label,
+        compiler,
+        MP_HEADER,
+        MP_CHECK_SOURCE,
+        {cuda_folder: ("cusolverDn.h", "library_types.h"), folder: ("cusolverMp.h", "nccl.h")},
+    )
+    # (b) The libraries: the sonames cusolvermp_api.h gives, built for this CUDA major, and
+    # exporting every name of the lists.
+    header = MP_HEADER.read_text()
+    for soname in mp.libraries.values():
+        if f'"{soname}"' not in header:
+            raise CheckFailed(f"{label}: cusolvermp_api.h does not name {soname}")
+    check_needs(label, folder, mp.needs)
+    symbols = check_exports(label, folder, mp.libraries, lists)
+    counts = ", ".join(f"{len(names)} {lib}" for lib, names in lists.items())
+    links = ", ".join(n for needs in mp.needs.values() for n in needs)
+    return (
+        f"{label}: {sum(len(v) for v in lists.values())} prototypes ({counts}) and the "
+        f"mirrored types and values match {nvidia} NVIDIA headers; {symbols} names exported by "
+        f"{' + '.join(mp.libraries.values())}; libcusolverMp.so.0 links {links}"
     )
 
 
 # --- Self-tests --------------------------------------------------------------------------------
 
+# (header, pattern, replacement, what the compile error must name). A header of csrc/ is a
+# change to our declarations, any other one to NVIDIA's.
 MUTATIONS = (
-    # (header, pattern, replacement, what the compile error must name)
     ("cusolverMg.h", r"\bint(\s+)deviceId\[\]", r"const int\1deviceId[]", "cusolverMgDeviceSelect"),
     # (the first `int64_t *lwork)` in cusolverMg.h is cusolverMgSyevd_bufferSize's)
     (
@@ -367,32 +515,109 @@ MUTATIONS = (
         "cuPointerGetAttribute",
     ),
 )
+MP_MUTATIONS = (
+    # The communicator: cuSOLVERMp < 0.7 took a cal_comm_t here.
+    ("cusolverMp.h", r"const ncclComm_t(\s+)comm", r"void*\1comm", "cusolverMpCreateDeviceGrid"),
+    ("cusolverMp.h", r"uint32_t(\s+)RSRC_A", r"int32_t\1RSRC_A", "cusolverMpCreateMatrixDesc"),
+    # (the first `char* jobz` in cusolverMp.h is cusolverMpSyevd_bufferSize's)
+    ("cusolverMp.h", r"char\*(\s+)jobz", r"const char*\1jobz", "cusolverMpSyevd_bufferSize"),
+    (
+        "cusolverMp.h",
+        r"CUSOLVERMP_GRID_MAPPING_ROW_MAJOR(\s*)=(\s*)1",
+        "CUSOLVERMP_GRID_MAPPING_ROW_MAJOR = 2",
+        "CUSOLVERMP_GRID_MAPPING_ROW_MAJOR",
+    ),
+    (
+        "nccl.h",
+        r"ncclCommInitRank\(ncclComm_t\* comm, int nranks, ncclUniqueId commId",
+        "ncclCommInitRank(ncclComm_t* comm, int nranks, const ncclUniqueId* commId",
+        "ncclCommInitRank",
+    ),
+    ("nccl.h", r"NCCL_UNIQUE_ID_BYTES 128", "NCCL_UNIQUE_ID_BYTES 64", "ncclUniqueId"),
+    ("nccl.h", r"ncclSuccess(\s*)=(\s*)0,", "ncclSuccess = 10,", "ncclSuccess"),
+    # NCCL's profiling entry points have the same prototypes under a p prefix.
+    ("nccl.h", r"\Z", "\n#define ncclCommDestroy pncclCommDestroy\n", "ncclCommDestroy"),
+    # Ours: pivots are int64_t, not cuSolverMg's int; NUMROC's coordinates unsigned.
+    (
+        "cusolvermp_api.h",
+        r"int64_t\*, cudaDataType",
+        "int*, cudaDataType",
+        "cusolverMpGetrf_bufferSize",
+    ),
+    (
+        "cusolvermp_api.h",
+        r"cusolverMpNUMROC, \(int64_t, int64_t, uint32_t",
+        "cusolverMpNUMROC, (int64_t, int64_t, int32_t",
+        "cusolverMpNUMROC",
+    ),
+    (
+        "cusolvermp_api.h",
+        r"CUSOLVERMP_GRID_MAPPING_COL_MAJOR = 0",
+        "CUSOLVERMP_GRID_MAPPING_COL_MAJOR = 1",
+        "CUSOLVERMP_GRID_MAPPING_COL_MAJOR",
+    ),
+)
 
 
-def self_test_mutations(compiler: str, folder: Path) -> int:
+def self_test_mutation(compiler: str, folders: list[Path], source: Path, mutation) -> None:
     """A copy of the headers with one change must fail the check, naming what changed.
 
-    (The whole tree is copied: NVIDIA's headers include each other with quotes, which finds
-    the includer's neighbour before anything on the include path.)
+    (The whole folder of the changed header is copied: NVIDIA's headers include each other
+    with quotes, which finds the includer's neighbour before anything on the include path.)
     """
-    for header, pattern, replacement, name in MUTATIONS:
-        with tempfile.TemporaryDirectory() as tmp:
+    header, pattern, replacement, name = mutation
+    with tempfile.TemporaryDirectory() as tmp:
+        csrc = CSRC
+        if (CSRC / header).is_file():
+            csrc = Path(tmp) / "csrc"
+            shutil.copytree(CSRC, csrc)
+            path = csrc / header
+        else:
+            folder = next(f for f in folders for d in include_dirs(f) if (d / header).is_file())
             copy = Path(tmp) / "copy"
             shutil.copytree(folder, copy)
+            folders = [copy if f == folder else f for f in folders]
             path = next(p for d in include_dirs(copy) for p in [d / header] if p.is_file())
-            changed, count = re.subn(pattern, replacement, path.read_text(), count=1)
-            if count != 1:
-                raise CheckFailed(f"self-test: /{pattern}/ not found in {header}")
-            path.write_text(changed)
-            result = compile_check(compiler, include_dirs(copy))
-        message = result.stdout + result.stderr
-        if result.returncode == 0:
-            raise CheckFailed(f"self-test: the check passed with {header} changed ({name})")
-        if not re.search(rf"static assertion failed: [^\n]*\b{name}\b", message):
-            raise CheckFailed(
-                f"self-test: the failure with {header} changed does not name {name}:\n{message}"
-            )
-    return len(MUTATIONS)
+        changed, count = re.subn(pattern, replacement, path.read_text(), count=1)
+        if count != 1:
+            raise CheckFailed(f"self-test: /{pattern}/ not found in {header}")
+        path.write_text(changed)
+        includes = [d for f in folders for d in include_dirs(f)]
+        result = compile_check(compiler, includes, csrc / source.name, csrc)
+    message = result.stdout + result.stderr
+    if result.returncode == 0:
+        raise CheckFailed(f"self-test: the check passed with {header} changed ({name})")
+    if not re.search(rf"static assertion failed: [^\n]*\b{name}\b", message):
+        raise CheckFailed(
+            f"self-test: the failure with {header} changed does not name {name}:\n{message}"
+        )
+
+
+def self_test_mutations(compiler: str, cuda_folder: Path, mp_folder: Path) -> tuple[int, int]:
+    """Every mutation, in parallel; returns how many, and how many of those changed ours."""
+    jobs = [([cuda_folder], CHECK_SOURCE, m) for m in MUTATIONS]
+    jobs += [([cuda_folder, mp_folder], MP_CHECK_SOURCE, m) for m in MP_MUTATIONS]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        for future in [pool.submit(self_test_mutation, compiler, *job) for job in jobs]:
+            future.result()
+    ours = sum((CSRC / m[0]).is_file() for m in MUTATIONS + MP_MUTATIONS)
+    return len(jobs), ours
+
+
+def self_test_pairing(mp_folders: dict[str, Path]) -> int:
+    """A cuSOLVERMp wheel paired with the other CUDA major's headers must be refused."""
+    cases = 0
+    for label, folder in mp_folders.items():
+        for other, release in MP_RELEASES.items():
+            if other == label:
+                continue
+            try:
+                check_needs(f"{release.label} in {folder.name}", folder, release.needs)
+            except CheckFailed:
+                cases += 1
+                continue
+            raise CheckFailed(f"self-test: {folder.name} passes as {release.label}")
+    return cases
 
 
 def self_test_cmake(folder: Path, other: Path) -> int:
@@ -468,6 +693,16 @@ def self_test_cmake(folder: Path, other: Path) -> int:
 # --- Main --------------------------------------------------------------------------------------
 
 
+def fetch_logged(release: Release, cache_root: Path) -> Path:
+    folder, fetched = fetch(release, cache_root)
+    if fetched["cached"]:
+        log(f"{release.label}: cached in {folder}")
+    else:
+        mib = fetched["bytes"] / 2**20
+        log(f"{release.label}: downloaded {mib:.0f} MiB in {fetched['seconds']:.1f} s")
+    return folder
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-self-test", action="store_true", help="skip the self-tests")
@@ -477,27 +712,47 @@ def main() -> int:
     start = time.monotonic()
     summary = []
     try:
-        constants = check_coverage()
-        lists = listed_functions(compiler)
-        folders = {}
+        constants = check_coverage(API_HEADER, CHECK_SOURCE)
+        mp_constants = check_coverage(MP_HEADER, MP_CHECK_SOURCE)
+        check_standalone(compiler, (API_HEADER, MP_HEADER))
+        lists = listed_functions(compiler, API_HEADER, CUDA_LISTS)
+        mp_lists = listed_functions(compiler, MP_HEADER, MP_LISTS)
+        unpaired = [r.label for r in RELEASES if r.label not in MP_RELEASES]
+        if unpaired:
+            raise CheckFailed(f"no cuSOLVERMp wheels pinned for {', '.join(unpaired)}")
+        folders, mp_folders = {}, {}
         for release in RELEASES:
-            folder, fetched = fetch(release, cache_root)
-            folders[release.label] = folder
-            if fetched["cached"]:
-                log(f"{release.label}: cached in {folder}")
-            else:
-                mib = fetched["bytes"] / 2**20
-                log(f"{release.label}: downloaded {mib:.0f} MiB in {fetched['seconds']:.1f} s")
-            summary.append(check_release(release, folder, compiler, lists))
-        summary.append(f"{constants} constants of cuda_api.h, each asserted in cuda_api_check.cc")
-        if not args.no_self_test:
-            newest = folders[RELEASES[-1].label]
-            oldest = folders[RELEASES[0].label]
-            mutated = self_test_mutations(compiler, newest)
-            cases = self_test_cmake(oldest, newest)
+            folders[release.label] = fetch_logged(release, cache_root)
+            summary.append(check_release(release, folders[release.label], compiler, lists))
+        for release in RELEASES:
+            mp = MP_RELEASES[release.label]
+            mp_folders[release.label] = fetch_logged(mp, cache_root)
             summary.append(
-                f"self-tests: {mutated} mutated headers each fail the check naming the culprit; "
-                f"{cases} CMake header sets gated as expected"
+                check_mp_release(
+                    mp,
+                    mp_folders[release.label],
+                    release,
+                    folders[release.label],
+                    compiler,
+                    mp_lists,
+                )
+            )
+        summary.append(f"{constants} constants of cuda_api.h, each asserted in cuda_api_check.cc")
+        summary.append(
+            f"{mp_constants} constants of cusolvermp_api.h, each asserted in "
+            "cusolvermp_api_check.cc"
+        )
+        summary.append("cuda_api.h and cusolvermp_api.h compile alone (C++ standard library only)")
+        if not args.no_self_test:
+            newest = RELEASES[-1].label
+            oldest = folders[RELEASES[0].label]
+            mutated, ours = self_test_mutations(compiler, folders[newest], mp_folders[newest])
+            paired = self_test_pairing(mp_folders)
+            cases = self_test_cmake(oldest, folders[newest])
+            summary.append(
+                f"self-tests: {mutated} mutated headers ({ours} of them ours) each fail the check "
+                f"naming the culprit; {paired} cuSOLVERMp wheels refused with the other CUDA "
+                f"major; {cases} CMake header sets gated as expected"
             )
     except (CheckFailed, subprocess.CalledProcessError) as error:
         print(f"\ncuda_abi: FAILED: {error}", file=sys.stderr, flush=True)

@@ -8,8 +8,9 @@
 //     a. the list entry, read with NVIDIA's types (the names in the lists resolve to the global
 //        ones of the real headers here), is the type of &::name;
 //     b. the member of jaxmg::cuda::Api that the loader fills is the type of &::name with each
-//        NVIDIA type replaced by our mirror of it (OursOf below, through pointers, const,
-//        arrays and function types), and the function returns its library's status type.
+//        NVIDIA type replaced by our mirror of it (OursOf, abi_check.h, through pointers,
+//        const, arrays and function types), and the function returns its library's status
+//        type.
 //     A changed qualifier, pointer level or parameter type fails; so does a header that renames
 //     the function with a macro (the loader would dlsym the old name).
 //  2. Every mirrored type has NVIDIA's size, alignment and kind (enum, struct, pointer).
@@ -27,6 +28,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "abi_check.h"
+
 #if CUDART_VERSION < 12000
 #error "cuda_api_check.cc: the CUDA headers found are older than CUDA 12"
 #endif
@@ -37,60 +40,8 @@
 
 namespace c = jaxmg::cuda;
 
-namespace jaxmg_abi {
-
-// --- OursOf<T>: NVIDIA's type T with every type we mirror replaced by our mirror. -----------
-
-template <typename T>
-struct OursOf {
-  using type = T;
-};
-template <typename T>
-using Ours = typename OursOf<T>::type;
-
-template <typename T>
-struct OursOf<T*> {
-  using type = Ours<T>*;
-};
-template <typename T>
-struct OursOf<const T> {
-  using type = const Ours<T>;
-};
-template <typename T>
-struct OursOf<volatile T> {
-  using type = volatile Ours<T>;
-};
-template <typename T>
-struct OursOf<const volatile T> {
-  using type = const volatile Ours<T>;
-};
-template <typename T, std::size_t N>
-struct OursOf<T[N]> {
-  using type = Ours<T>[N];
-};
-template <typename T, std::size_t N>
-struct OursOf<const T[N]> {
-  using type = const Ours<T>[N];
-};
-template <typename T>
-struct OursOf<T[]> {
-  using type = Ours<T>[];
-};
-template <typename T>
-struct OursOf<const T[]> {
-  using type = const Ours<T>[];
-};
-template <typename R, typename... A>
-struct OursOf<R(A...)> {
-  using type = Ours<R>(Ours<A>...);
-};
-template <typename R, typename... A>
-struct OursOf<R(A...) noexcept> {
-  using type = Ours<R>(Ours<A>...) noexcept;
-};
-
 // Every NVIDIA type that cuda_api.h mirrors: M(ours, NVIDIA's). Each pair gets an OursOf
-// specialization and the layout checks of CheckMirror.
+// specialization and the layout checks of JAXMG_ABI_CHECK_MIRROR.
 #define JAXMG_MIRRORED_TYPES(M)                                          \
   M(c::cudaError_t, ::cudaError_t)                                       \
   M(c::cusolverStatus_t, ::cusolverStatus_t)                             \
@@ -106,53 +57,14 @@ struct OursOf<R(A...) noexcept> {
   M(std::remove_pointer_t<c::cusolverMgHandle_t>,                        \
     std::remove_pointer_t<::cusolverMgHandle_t>)
 
-#define JAXMG_OURS_OF(ours, theirs) \
-  template <>                       \
-  struct OursOf<theirs> {           \
-    using type = ours;              \
-  };
-JAXMG_MIRRORED_TYPES(JAXMG_OURS_OF)
-#undef JAXMG_OURS_OF
+namespace jaxmg_abi {
+JAXMG_MIRRORED_TYPES(JAXMG_ABI_OURS_OF)
+
+}  // namespace jaxmg_abi
 
 // --- 2. Layout of each mirrored type. ----------------------------------------------------------
 
-template <typename O, typename T, typename = void>
-struct IsComplete : std::false_type {};
-template <typename O, typename T>
-struct IsComplete<O, T, std::void_t<decltype(sizeof(O) + sizeof(T))>> : std::true_type {};
-
-template <typename O, typename T>
-constexpr bool SameLayout() {
-  if constexpr (IsComplete<O, T>::value) {
-    return sizeof(O) == sizeof(T) && alignof(O) == alignof(T);
-  } else {
-    // Opaque handle structs: both incomplete, only ever used through pointers.
-    return !IsComplete<O, O>::value && !IsComplete<T, T>::value;
-  }
-}
-
-template <typename O, typename T>
-constexpr bool SameKind() {
-  if constexpr (std::is_enum_v<T> && std::is_enum_v<O>) {
-    return std::is_same_v<std::underlying_type_t<O>, std::underlying_type_t<T>>;
-  } else if constexpr (std::is_enum_v<T>) {
-    // Our status codes: an integer of the enum's size.
-    return std::is_integral_v<O> && sizeof(O) == sizeof(std::underlying_type_t<T>);
-  } else if constexpr (std::is_class_v<T> && IsComplete<O, T>::value) {
-    // Passed by value (the IPC handle): the same plain bytes.
-    return std::is_class_v<O> && std::is_trivially_copyable_v<O> &&
-           std::is_trivially_copyable_v<T> && std::is_standard_layout_v<O> &&
-           std::is_standard_layout_v<T>;
-  } else {
-    return std::is_class_v<T> == std::is_class_v<O>;
-  }
-}
-
-#define JAXMG_CHECK_MIRROR(ours, theirs)                                                   \
-  static_assert(SameLayout<ours, theirs>(),                                                \
-                "cuda_api.h: " #ours " has not the size/alignment of NVIDIA's " #theirs); \
-  static_assert(SameKind<ours, theirs>(),                                                  \
-                "cuda_api.h: " #ours " is not the same kind of type as NVIDIA's " #theirs);
+#define JAXMG_CHECK_MIRROR(ours, theirs) JAXMG_ABI_CHECK_MIRROR("cuda_api.h", ours, theirs)
 JAXMG_MIRRORED_TYPES(JAXMG_CHECK_MIRROR)
 #undef JAXMG_CHECK_MIRROR
 
@@ -161,58 +73,15 @@ static_assert(std::is_same_v<::cudaStream_t, cudaStream_t>);
 static_assert(std::is_same_v<c::cudaLibMgGrid_t, ::cudaLibMgGrid_t>);
 static_assert(std::is_same_v<c::cudaLibMgMatrixDesc_t, ::cudaLibMgMatrixDesc_t>);
 static_assert(std::is_same_v<c::CUdeviceptr, ::CUdeviceptr>);
-static_assert(std::is_same_v<Ours<::cusolverMgHandle_t>, c::cusolverMgHandle_t>);
+static_assert(std::is_same_v<jaxmg_abi::Ours<::cusolverMgHandle_t>, c::cusolverMgHandle_t>);
 
 // --- 1. Prototypes. --------------------------------------------------------------------------
 
-// Whether the name NVIDIA's headers give the function is the one the loader passes to dlsym.
-constexpr bool SameName(const char* a, const char* b) {
-  for (; *a != '\0' && *a == *b; ++a, ++b) {
-  }
-  return *a == *b;
-}
-#define JAXMG_STRINGIFY(x) #x
-#define JAXMG_EXPANDED_NAME(x) JAXMG_STRINGIFY(x)
-
-// Our status types are `int` aliases; a function that returns one must return its library's
-// own status enum in NVIDIA's header.
-template <typename Status, typename OurRet, typename TheirRet>
-constexpr bool ReturnsStatus() {
-  return !std::is_same_v<OurRet, int> || std::is_same_v<TheirRet, Status>;
-}
-template <typename F>
-struct ReturnOf;
-template <typename R, typename... A>
-struct ReturnOf<R (*)(A...)> {
-  using type = R;
-};
-template <typename R, typename... A>
-struct ReturnOf<R (*)(A...) noexcept> {
-  using type = R;
-};
-
-template <typename F>
-using TheirReturn = typename ReturnOf<F>::type;
-
-#define JAXMG_CHECK_FUNCTION(status, ret, name, params, spelled)                              \
-  static_assert(jaxmg_abi::SameName(spelled, JAXMG_EXPANDED_NAME(name)),                      \
-                spelled ": NVIDIA's header renames it with a macro; the loader's dlsym(\""     \
-                spelled "\") would bind another entry point");                                \
-  static_assert(std::is_same_v<ret(*) params, decltype(&::name)>,                             \
-                #name ": the prototype in cuda_api.h, read with NVIDIA's types, is not "      \
-                "NVIDIA's");                                                                  \
-  static_assert(std::is_same_v<decltype(c::Api::name), jaxmg_abi::Ours<decltype(&::name)>>, \
-                #name ": jaxmg::cuda::Api::" #name " is not NVIDIA's prototype with our "     \
-                "mirrored types");                                                            \
-  static_assert(                                                                              \
-      jaxmg_abi::ReturnsStatus<status, ret, jaxmg_abi::TheirReturn<decltype(&::name)>>(),     \
-      #name ": NVIDIA's function does not return its library's status type");
-
-}  // namespace jaxmg_abi
-
 // At global scope, so that the type names in the lists are NVIDIA's.
-// (#name here, before `name` is macro-expanded on its way into JAXMG_CHECK_FUNCTION, is the
-// spelling the loader passes to dlsym.)
+// (#name here, before `name` is macro-expanded on its way into JAXMG_ABI_CHECK_FUNCTION, is
+// the spelling the loader passes to dlsym.)
+#define JAXMG_CHECK_FUNCTION(status, ret, name, params, spelled) \
+  JAXMG_ABI_CHECK_FUNCTION("cuda_api.h", jaxmg::cuda::Api, status, ret, name, params, spelled)
 #define JAXMG_CHECK_CUDART(ret, name, params) \
   JAXMG_CHECK_FUNCTION(::cudaError_t, ret, name, params, #name)
 #define JAXMG_CHECK_DRIVER(ret, name, params) \
@@ -225,9 +94,7 @@ JAXMG_CUSOLVERMG_FUNCTIONS(JAXMG_CHECK_CUSOLVERMG)
 
 // --- 3. Values. ------------------------------------------------------------------------------
 
-#define JAXMG_SAME_VALUE(name)                                                        \
-  static_assert(static_cast<long long>(c::name) == static_cast<long long>(::name), \
-                #name ": cuda_api.h's value is not NVIDIA's")
+#define JAXMG_SAME_VALUE(name) JAXMG_ABI_SAME_VALUE("cuda_api.h", c, name)
 
 JAXMG_SAME_VALUE(CUDA_R_32F);
 JAXMG_SAME_VALUE(CUDA_R_64F);

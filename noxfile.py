@@ -201,6 +201,7 @@ def bench(session):
     session.run(
         "python",
         "benchmarks/layout_roundtrip.py",
+        *("--grids", "2x2", "1x4", "4x1"),
         "--json",
         str(results / "layout_roundtrip_cpu.jsonl"),
     )

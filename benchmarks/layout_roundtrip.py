@@ -1,12 +1,15 @@
 """Layout round trip (block -> block-cyclic -> block) against a plain copy of the same array.
 
-For each N x ndev x T_A: ``undo_cyclic_1d_layout(cyclic_1d_layout(a))`` jitted, timed against
+For each N x ndev x T_A: ``undo_cyclic_1d_layout(cyclic_1d_layout(a))`` jitted (and for each
+N x grid x T_A of ``--grids``, the 2D ``undo_cyclic_2d_layout(cyclic_2d_layout(a))`` on
+``P(r, c)``), timed against
 a jitted copy (``a + 0``, a full read and write of every shard) in the same run, and the
 compiled round trip's temporary memory per device (XLA memory analysis) over the shard bytes.
 Targets: round trip <= 3x the copy; temporaries <= 2x the shard.
 
     python benchmarks/layout_roundtrip.py                 # 4 simulated CPU devices
     python benchmarks/layout_roundtrip.py --n 1024 --devices 2 --tiles 64 --json out.jsonl
+    python benchmarks/layout_roundtrip.py --devices --grids 2x2 1x4   # 2D only
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from _common import progress, timed
 def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--n", nargs="+", type=int, default=[1024, 4096])
-    p.add_argument("--devices", nargs="+", type=int, default=[2, 4])
+    p.add_argument("--devices", nargs="*", type=int, default=[2, 4])
+    p.add_argument("--grids", nargs="*", default=[], help="2D process grids, e.g. 2x2 1x4")
     p.add_argument("--tiles", nargs="+", type=int, default=[64, 256])
     p.add_argument("--dtype", default="float32")
     p.add_argument("--runs", type=int, default=10)
@@ -35,7 +39,9 @@ def main(argv=None):
     args = parse(argv)
     import jax
 
-    jax.config.update("jax_num_cpu_devices", max(args.cpu_devices, max(args.devices)))
+    grids = [tuple(int(v) for v in g.split("x")) for g in args.grids]
+    most = max([*args.devices, *(r * c for r, c in grids)], default=1)
+    jax.config.update("jax_num_cpu_devices", max(args.cpu_devices, most))
     import jax.numpy as jnp
     import numpy as np
     from jax.sharding import NamedSharding
@@ -47,27 +53,42 @@ def main(argv=None):
         devices = jax.devices("gpu")
     except RuntimeError:
         devices = jax.devices("cpu")
+    layouts = [(d,) for d in args.devices] + grids
     cases = [
-        (n, d, t) for n in args.n for d in args.devices for t in args.tiles if d <= len(devices)
+        (n, shape, t)
+        for n in args.n
+        for shape in layouts
+        for t in args.tiles
+        if int(np.prod(shape)) <= len(devices)
     ]
     rows = []
-    for i, (n, ndev, tile) in enumerate(cases):
-        progress(i, len(cases), f"N={n} ndev={ndev} T_A={tile}")
-        mesh = jax.make_mesh((ndev,), ("x",), devices=devices[:ndev])
+    for i, (n, shape, tile) in enumerate(cases):
+        ndev = int(np.prod(shape))
+        label = "x".join(map(str, shape))
+        progress(i, len(cases), f"N={n} devices={label} T_A={tile}")
+        names, spec = (("x",), P(None, "x")) if len(shape) == 1 else (("r", "c"), P("r", "c"))
+        mesh = jax.make_mesh(shape, names, devices=devices[:ndev])
         a = jax.device_put(
             jnp.asarray(np.random.default_rng(0).standard_normal((n, n)), args.dtype),
-            NamedSharding(mesh, P(None, "x")),
+            NamedSharding(mesh, spec),
         )
         kind = devices[0].device_kind
-        row = {"N": n, "ndev": ndev, "T_A": tile, "dtype": args.dtype, "device": kind}
+        row = {"N": n, "ndev": label, "T_A": tile, "dtype": args.dtype, "device": kind}
         try:
-            plan = jl.CyclicPlan.make(n, ndev, tile)
+            if len(shape) == 2:
+                plan = jl.BlockCyclic2D.for_blocks(n, shape, tile)
+            else:
+                plan = jl.CyclicPlan.make(n, ndev, tile)
         except ValueError as err:
             row["skipped"] = str(err).split(":")[0]
             rows.append(row)
             continue
 
-        def trip(x, t=tile, n=n):
+        grid = len(shape) == 2
+
+        def trip(x, t=tile, n=n, grid=grid):
+            if grid:
+                return jl.undo_cyclic_2d_layout(jl.cyclic_2d_layout(x, t), t, n)
             return jl.undo_cyclic_1d_layout(jl.cyclic_1d_layout(x, t), t, n)
 
         roundtrip = jax.jit(trip)
@@ -78,13 +99,19 @@ def main(argv=None):
         shard_bytes = a.addressable_shards[0].data.nbytes
         analysis = roundtrip.lower(a).compile().memory_analysis()
         temp = analysis.temp_size_in_bytes if analysis is not None else float("nan")
+        if len(shape) == 2:
+            moves = any(
+                p > 1 and plan.tile < s for p, s in zip(shape, plan.shard_shape, strict=True)
+            )
+            moved = "2d" if moves else "none"
+            padding = [
+                p - s for p, s in zip(plan.padded_local_shape, plan.shard_shape, strict=True)
+            ]
+            row.update(relayout=moved, padding=padding)
+        else:
+            relayout = "shift" if plan.shift_relayout else "gather"
+            row.update(relayout=relayout if plan.needs_relayout else "none", padding=plan.padding)
         row.update(
-            relayout="shift"
-            if plan.shift_relayout
-            else "gather"
-            if plan.needs_relayout
-            else "none",
-            padding=plan.padding,
             roundtrip_ms=1e3 * t_rt[0],
             roundtrip_spread_ms=[1e3 * t_rt[1], 1e3 * t_rt[2]],
             copy_ms=1e3 * t_copy[0],
@@ -95,9 +122,7 @@ def main(argv=None):
         rows.append(row)
     progress(len(cases), len(cases), "done")
 
-    print(
-        "| N | ndev | T_A | relayout | round trip ms | copy ms | ratio (<=3) | temp/shard (<=2) |"
-    )
+    print("| N | devices | T_A | relayout | round trip ms | copy ms | ratio | temp/shard |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         if "skipped" in r:

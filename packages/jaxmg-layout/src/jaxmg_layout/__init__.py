@@ -5,8 +5,9 @@ one call (:class:`CyclicPlan`), the same relayout as in-place column moves for a
 executor (:func:`in_place_moves`), the relayout between JAX's block sharding and the
 block-cyclic layout (``cyclic_1d_layout`` on global arrays, ``cyclic_1d_no_shardmap`` on
 local shards inside ``shard_map``), and a picture of it (``plot_layout``, needs matplotlib).
-The 2D block-cyclic layout of ScaLAPACK and cuSOLVERMp: its index math (:class:`BlockCyclic2D`,
-:func:`numroc`).
+The 2D block-cyclic layout of ScaLAPACK and cuSOLVERMp for matrices sharded ``P(r, c)``: its
+index math (:class:`BlockCyclic2D`, :func:`numroc`), the relayout (``cyclic_2d_layout``,
+``cyclic_2d_no_shardmap`` and their undo) and a picture (``plot_layout_2d``).
 """
 
 from ._moves import InPlaceMoves as InPlaceMoves
@@ -26,6 +27,7 @@ from ._plan import (
 from ._plan2d import BlockCyclic2D as BlockCyclic2D
 from ._plan2d import numroc as numroc
 from ._plot import plot_layout as plot_layout
+from ._plot import plot_layout_2d as plot_layout_2d
 from ._relayout import (
     cyclic_1d_layout as cyclic_1d_layout,
 )
@@ -38,5 +40,9 @@ from ._relayout import (
 from ._relayout import (
     undo_cyclic_1d_no_shardmap as undo_cyclic_1d_no_shardmap,
 )
+from ._relayout2d import cyclic_2d_layout as cyclic_2d_layout
+from ._relayout2d import cyclic_2d_no_shardmap as cyclic_2d_no_shardmap
+from ._relayout2d import undo_cyclic_2d_layout as undo_cyclic_2d_layout
+from ._relayout2d import undo_cyclic_2d_no_shardmap as undo_cyclic_2d_no_shardmap
 
 __version__ = "0.2.0"

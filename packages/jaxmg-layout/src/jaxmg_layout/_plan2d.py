@@ -76,9 +76,40 @@ class BlockCyclic2D:
             tile=_positive_int(tile, "tile"),
         )
 
+    @classmethod
+    def for_blocks(cls, N: int, grid: tuple[int, int], T_A: int) -> BlockCyclic2D:
+        """The layout jaxmg relayouts an ``N x N`` matrix sharded ``P(r, c)`` into: square tiles
+        of ``min(T_A, N / rows, N / cols)``, as wide as asked but never wider than a shard.
+
+        Raises:
+            ValueError: ``N`` not divisible by both grid extents (JAX's block sharding needs
+                equal shards), or a non-positive argument.
+        """
+        plan = cls.make(N, N, grid, T_A)
+        if N % plan.rows or N % plan.cols:
+            raise ValueError(
+                f"N={N} is not divisible by the {plan.rows} x {plan.cols} grid: JAX's block "
+                "sharding P(r, c) needs equal shards, so N must be a multiple of both extents."
+            )
+        return dataclasses.replace(plan, tile=min(plan.tile, N // plan.rows, N // plan.cols))
+
     @property
     def processes(self) -> int:
         return self.rows * self.cols
+
+    @property
+    def shard_shape(self) -> tuple[int, int]:
+        """A process's block in JAX's block sharding ``P(r, c)``: ``(M / rows, N / cols)``."""
+        return self.M // self.rows, self.N // self.cols
+
+    @property
+    def padded_local_shape(self) -> tuple[int, int]:
+        """The local array every process holds after jaxmg's relayout: the shard's extents
+        rounded up to whole tiles. At least :meth:`local_shape` on every process (the extra
+        rows and columns are zeros past the last real tile, which the engines never read:
+        rows below ``LLD``'s use, columns past the local count)."""
+        rows, cols = self.shard_shape
+        return -(-rows // self.tile) * self.tile, -(-cols // self.tile) * self.tile
 
     def local_shape(self, pr: int, pc: int) -> tuple[int, int]:
         """The local array of process ``(pr, pc)``: ``(local rows, local columns)``."""
@@ -134,6 +165,13 @@ class BlockCyclic2D:
             raise ValueError(f"a has shape {a.shape}, the layout is of {self.M} x {self.N}")
         self._check_process(pr, pc)
         return np.asfortranarray(a[np.ix_(self.row_map(pr), self.col_map(pc))])
+
+    def padded_local_block(self, a: np.ndarray, pr: int, pc: int) -> np.ndarray:
+        """:meth:`local_block` with zeros up to :attr:`padded_local_shape` (row-major numpy)."""
+        block = self.local_block(a, pr, pc)
+        out = np.zeros(self.padded_local_shape, a.dtype)
+        out[: block.shape[0], : block.shape[1]] = block
+        return out
 
     def assemble(self, blocks) -> np.ndarray:
         """The global matrix from every process's local array (``blocks[pr][pc]``)."""

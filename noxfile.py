@@ -211,11 +211,12 @@ def bench(session):
         "--json",
         str(results / "multiprocess_cpu.jsonl"),
     )
-    # backend="mp" (ScaLAPACK over MPI) on 1, 2, 4 processes against ScaLAPACK called directly.
+    # backend="mp" (ScaLAPACK over MPI) on 1, 2, 4 processes and a 2 x 2 grid against
+    # ScaLAPACK called directly.
     session.run(
         "python",
         "benchmarks/multi_node.py",
-        *("--n", "4096", "--processes", "1", "2", "4"),
+        *("--n", "4096", "--processes", "1", "2", "4", "--grids", "2x2"),
         *("--json", str(results / "multi_node_cpu.jsonl")),
         *("--markdown", str(results / "multi_node_cpu.md")),
     )

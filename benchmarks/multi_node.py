@@ -1,13 +1,15 @@
 """Benchmark ``backend="mp"`` (ScaLAPACK over MPI, one process per device) on CPUs.
 
-In the same run, for each process count P (``mpiexec -n P``, one CPU device per process):
+In the same run, for each process count P (``mpiexec -n P``, one CPU device per process), on a
+``1 x P`` grid and on each square grid of ``--grids``:
 
 - ``jaxmg``: ``jax.jit(lambda a, b: jaxmg.potrs(a, b, backend="mp"))`` on ``A`` sharded
-  ``P(None, 'x')`` (default tile ``N / P``: no relayout; ``A`` is not donated, so XLA copies
-  it into the call's output first, as it would in a user's program);
+  ``P(None, 'c')`` (``1 x P``) or ``P('r', 'c')`` (a grid), default tile (``N / P``, or
+  ``N / rows`` on a grid: no relayout; ``A`` is not donated, so XLA copies it into the call's
+  output first, as it would in a user's program);
 - ``scalapack``: the same ScaLAPACK routines called directly (``pdpotrf`` + ``pdpotrs`` through
-  ctypes, as ``tests/mpi/worker.py`` does) on the same ``1 x P`` grid, tile and data, each
-  run starting from a fresh copy of the local block (what jaxmg's call also does);
+  ctypes, as ``tests/mpi/worker.py`` does) on the same grid, tile and data, each run starting
+  from a fresh copy of the local block (what jaxmg's call also does);
 - ``jax``: JAX's own ``jnp.linalg.cholesky`` + ``cho_solve`` on the same sharded ``A`` (XLA
   gathers ``A`` onto every device to factor it): time and memory.
 
@@ -20,7 +22,7 @@ N = 4096 on 4 processes). Checks: every solution's residual ``|A x - b| / |b|`` 
 else the exit status is 1. This machine's core count is printed: more processes than cores
 share them, so the scaling column measures the library's overheads there, not speed-up.
 
-    python benchmarks/multi_node.py --n 4096 --processes 1 2 4 \\
+    python benchmarks/multi_node.py --n 4096 --processes 1 2 4 --grids 2x2 \\
         --json benchmarks/results/multi_node_cpu.jsonl \\
         --markdown benchmarks/results/multi_node_cpu.md
 """
@@ -88,18 +90,22 @@ def worker(args) -> None:
     import jaxmg_cuda
 
     processes, rank, n = jax.process_count(), jax.process_index(), args.n
+    grid_rows = args.grid_rows
+    grid_cols = processes // grid_rows
     # JAX's own cholesky refuses Explicit axes (its transposes would be ambiguous): Auto there.
-    auto = (jax.sharding.AxisType.Auto,) if args.variant == "jax" else None
-    mesh = jax.make_mesh((processes,), ("x",), axis_types=auto)
+    auto = (jax.sharding.AxisType.Auto,) * 2 if args.variant == "jax" else None
+    mesh = jax.make_mesh((grid_rows, grid_cols), ("r", "c"), axis_types=auto)
+    spec = P("r", "c") if grid_rows > 1 else P(None, "c")
     points = np.linspace(0.0, 1.0, n)
 
-    def columns(index):
-        y = points[index[1]][None, :]
-        return np.exp(-((points[:, None] - y) ** 2) / 0.02) + (points[:, None] == y)
+    def block(index):
+        x, y = points[index[0]][:, None], points[index[1]][None, :]
+        return np.exp(-((x - y) ** 2) / 0.02) + (x == y)
 
-    A = jax.make_array_from_callback((n, n), NamedSharding(mesh, P(None, "x")), columns)
+    A = jax.make_array_from_callback((n, n), NamedSharding(mesh, spec), block)
     b = np.ones((n, 1))
-    result = {"variant": args.variant, "processes": processes, "n": n}
+    result = {"variant": args.variant, "processes": processes, "grid": [grid_rows, grid_cols]}
+    result["n"] = n
 
     if args.variant == "jaxmg":
         with jax.set_mesh(mesh):
@@ -124,21 +130,23 @@ def worker(args) -> None:
         ref = lambda v: ctypes.byref(Int(v))  # noqa: E731
         context, rows, cols, me_r, me_c = Int(), Int(), Int(), Int(), Int()
         lib.blacs_get_(ref(-1), ref(0), ctypes.byref(context))
-        lib.blacs_gridinit_(ctypes.byref(context), b"R", ref(1), ref(processes))
+        lib.blacs_gridinit_(ctypes.byref(context), b"R", ref(grid_rows), ref(grid_cols))
         lib.blacs_gridinfo_(ctypes.byref(context), *map(ctypes.byref, (rows, cols, me_r, me_c)))
-        block = np.asfortranarray(np.asarray(A.addressable_data(0)))  # N x N/P, column-major
-        tile = n // processes
+        # This process's block of P(r, c), column-major: on a square grid (or 1 x P) it is its
+        # local array of the block-cyclic layout with tile N / cols.
+        local = np.asfortranarray(np.asarray(A.addressable_data(0)))
+        tile, lld = n // grid_cols, n // grid_rows
         desc_a, desc_b, info = (Int * 9)(), (Int * 9)(), Int()
         lib.descinit_(desc_a, ref(n), ref(n), ref(tile), ref(tile), ref(0), ref(0),
-                      ctypes.byref(context), ref(n), ctypes.byref(info))  # fmt: skip
+                      ctypes.byref(context), ref(lld), ctypes.byref(info))  # fmt: skip
         lib.descinit_(desc_b, ref(n), ref(1), ref(tile), ref(1), ref(0), ref(0),
-                      ctypes.byref(context), ref(n), ctypes.byref(info))  # fmt: skip
-        work = np.empty_like(block)
-        rhs = np.empty((n, 1), order="F")
+                      ctypes.byref(context), ref(lld), ctypes.byref(info))  # fmt: skip
+        work = np.empty_like(local)
+        rhs = np.empty((lld, 1), order="F")  # b's rows of this process row, on column 0
 
         def solve():
-            work[...] = block
-            rhs[...] = b if me_c.value == 0 else 0
+            work[...] = local
+            rhs[...] = b[me_r.value * lld : (me_r.value + 1) * lld] if me_c.value == 0 else 0
             lib.pdpotrf_(b"L", ref(n), work.ctypes.data_as(ctypes.c_void_p), ref(1), ref(1),
                          desc_a, ctypes.byref(info))  # fmt: skip
             lib.pdpotrs_(b"L", ref(n), ref(1), work.ctypes.data_as(ctypes.c_void_p), ref(1),
@@ -149,7 +157,8 @@ def worker(args) -> None:
         result["extra_bytes"] = first_run_bytes(solve)
         assert solve() == 0
         result["time"] = timed(solve, args.warmup, args.runs)
-        x = np.asarray(multihost_utils.broadcast_one_to_all(rhs))
+        parts = np.asarray(multihost_utils.process_allgather(rhs))  # [P, lld, 1], row-major
+        x = np.concatenate([parts[r * grid_cols] for r in range(grid_rows)])
         residual = jnp.linalg.norm(A @ x - b) / np.linalg.norm(b)
     result["residual"] = float(residual)
     peaks = multihost_utils.process_allgather(np.int64(result["extra_bytes"]))
@@ -159,9 +168,11 @@ def worker(args) -> None:
     jax.distributed.shutdown()
 
 
-def run_job(args, processes, variant):
+def run_job(args, grid, variant):
     mpiexec = os.path.join(sys.prefix, "bin", "mpiexec")
+    processes = grid[0] * grid[1]
     command = [mpiexec, "-n", str(processes), sys.executable, HERE, "--worker", variant]
+    command += ["--grid-rows", str(grid[0])]
     command += ["--n", str(args.n), "--runs", str(args.runs), "--warmup", str(args.warmup)]
     done = subprocess.run(
         command, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1")
@@ -169,7 +180,7 @@ def run_job(args, processes, variant):
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
         sys.stderr.write(done.stdout[-3000:] + done.stderr[-3000:])
-        raise SystemExit(f"job {variant} on {processes} processes failed")
+        raise SystemExit(f"job {variant} on a {grid[0]} x {grid[1]} grid failed")
     return json.loads(lines[0][len("RESULT ") :])
 
 
@@ -177,6 +188,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=4096)
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--grids", nargs="*", default=["2x2"], help="square grids, e.g. 2x2")
+    parser.add_argument("--grid-rows", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--worker", choices=("jaxmg", "scalapack", "jax"))
@@ -186,10 +199,16 @@ def main():
     if args.worker:
         args.variant = args.worker
         return worker(args)
+    grids = [(1, p) for p in args.processes]
+    for text in args.grids:
+        rows, cols = (int(v) for v in text.split("x"))
+        if rows != cols:
+            parser.error(f"--grids takes square grids (the direct call's tile), got {text}")
+        grids.append((rows, cols))
     results, failed = [], False
-    for processes in args.processes:
+    for grid in grids:
         for variant in ("jaxmg", "scalapack", "jax"):
-            r = run_job(args, processes, variant)
+            r = run_job(args, grid, variant)
             r["cores"] = os.cpu_count()
             failed |= not r["residual"] < 1e-10
             print(json.dumps(r), flush=True)
@@ -201,16 +220,18 @@ def main():
         "process's first solve: its peak resident memory above what it held before (A's block "
         "included), in units of 8 N^2 / P (one block of A).",
         "",
-        "| P | jaxmg mp (s) | ScaLAPACK direct (s) | jaxmg / ScaLAPACK | JAX cholesky (s) | "
+        "| grid | jaxmg mp (s) | ScaLAPACK direct (s) | jaxmg / ScaLAPACK | JAX cholesky (s) | "
         "memory jaxmg | memory ScaLAPACK | memory JAX |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for processes in args.processes:
-        row = {r["variant"]: r for r in results if r["processes"] == processes}
+    for grid in grids:
+        processes = grid[0] * grid[1]
+        row = {r["variant"]: r for r in results if tuple(r["grid"]) == grid}
         t = {v: row[v]["time"] for v in row}
         units = block / processes
         lines.append(
-            f"| {processes} | {t['jaxmg'][0]:.3f} ({t['jaxmg'][1]:.3f}..{t['jaxmg'][2]:.3f}) | "
+            f"| {grid[0]} x {grid[1]} | "
+            f"{t['jaxmg'][0]:.3f} ({t['jaxmg'][1]:.3f}..{t['jaxmg'][2]:.3f}) | "
             f"{t['scalapack'][0]:.3f} ({t['scalapack'][1]:.3f}..{t['scalapack'][2]:.3f}) | "
             f"{t['jaxmg'][0] / t['scalapack'][0]:.2f} | {t['jax'][0]:.3f} | "
             + " | ".join(

@@ -6,9 +6,10 @@ CPUs (no GPU needed; ``pip install 'jaxmg[mpi]'`` brings MKL's ScaLAPACK, MPICH 
     python examples/multi_node.py --processes 2 --n 2000
 
 Each process initialises ``jax.distributed`` from MPI and owns one CPU device; the processes may
-be on different nodes (``mpiexec -hosts a,b ...``). ``A`` is built where it lives: each process
-makes only its own columns of a kernel matrix, so no process ever holds more than ``N^2 / P``
-of it. Then ``potrs`` (with the log-determinant), ``lu_solve`` and ``syevd`` solve on all
+be on different nodes (``mpiexec -hosts a,b ...``). The processes form the squarest grid there
+is (2 x 2 for 4 processes, 1 x 2 for 2) and ``A`` is sharded over it, ``P(r, c)``: ScaLAPACK's
+2D block-cyclic layout. ``A`` is built where it lives: each process makes only its own block of
+a kernel matrix, so no process ever holds more than ``N^2 / P`` of it. Then ``potrs`` (with the log-determinant), ``lu_solve`` and ``syevd`` solve on all
 processes together, and each process prints True when the residuals, computed on the mesh,
 are small.
 """
@@ -52,18 +53,19 @@ def run(args) -> None:
     import jaxmg
 
     processes, me = jax.process_count(), jax.process_index()
-    n = args.n - args.n % processes  # N divisible by the number of processes
-    mesh = jax.make_mesh((processes,), ("x",))
-    columns = NamedSharding(mesh, P(None, "x"))
+    rows = max(r for r in range(1, int(processes**0.5) + 1) if processes % r == 0)
+    n = args.n - args.n % processes  # N divisible by both extents of the grid
+    mesh = jax.make_mesh((rows, processes // rows), ("r", "c"))  # process (i, j): i * cols + j
+    blocks = NamedSharding(mesh, P("r", "c") if rows > 1 else P(None, "c"))
     points = jnp.linspace(0.0, 1.0, n)
 
-    def kernel(index):  # the columns `index` of K + I, built by the process that holds them
-        x = points[:, None]
+    def kernel(index):  # the block `index` of K + I, built by the process that holds it
+        x = points[index[0]][:, None]
         y = points[index[1]][None, :]
         k = jnp.exp(-((x - y) ** 2) / 0.02)
         return k + (x == y)
 
-    K = jax.make_array_from_callback((n, n), columns, kernel)
+    K = jax.make_array_from_callback((n, n), blocks, kernel)
     b = jnp.ones((n, 1))
     with jax.set_mesh(mesh):
         x, logdet, status = jaxmg.potrs(K, b, backend="mp", return_logdet=True, return_status=True)
@@ -80,7 +82,7 @@ def run(args) -> None:
         and abs(float(logdet) - float(logdet_from_w)) < 1e-8 * n
     )
     print(
-        f"process {me}/{processes}: N={n}, status={int(status)}, |Kx-b|={float(residual):.1e}, "
+        f"process {me}/{processes} of a {rows} x {processes // rows} grid: N={n}, status={int(status)}, |Kx-b|={float(residual):.1e}, "
         f"|K^T y-b|={float(lu_residual):.1e}, logdet={float(logdet):.6f} "
         f"(from eigenvalues {float(logdet_from_w):.6f}), {n * n // processes} entries of K here",
         flush=True,

@@ -103,9 +103,24 @@ def test_two_axis_sharding(mesh):
     if mesh.size < 4 or mesh.size % 2:
         pytest.skip("needs an even number of at least 4 devices")
     mesh2 = jax.make_mesh((2, mesh.size // 2), ("a", "b"))
-    a = jax.device_put(jnp.eye(4 * mesh.size), NamedSharding(mesh2, P("a", "b")))
+    a = jax.device_put(jnp.eye(4 * mesh.size), NamedSharding(mesh2, P(("a", "b"), None)))
     with pytest.raises(ValueError, match=r"jaxmg accepts A sharded over exactly one mesh axis"):
         jaxmg.potri(a, 2)
+
+
+def test_process_grid_needs_backend_mp_and_a_process_per_device(mesh):
+    """``P(r, c)`` is the 2D block-cyclic path of backend 'mp' (run under mpiexec in tests/mpi):
+    in one process it is refused with what would work."""
+    if mesh.size < 4 or mesh.size % 2:
+        pytest.skip("needs an even number of at least 4 devices")
+    mesh2 = jax.make_mesh((2, mesh.size // 2), ("a", "b"))
+    a = jax.device_put(jnp.eye(4 * mesh.size), NamedSharding(mesh2, P("a", "b")))
+    with pytest.raises(ValueError, match=r"process grid P\('a', 'b'\).* only backend='mp'"):
+        jaxmg.potri(a, 2, backend="mg")
+    with pytest.raises(
+        ValueError, match=r"backend='mp' runs one process per device.*mesh axes 'a' x 'b'"
+    ):
+        jaxmg.potrs(a, jnp.ones(4 * mesh.size))
 
 
 def test_replicated_matrix_without_in_specs(mesh):

@@ -14,6 +14,10 @@ where Gloo writes too). Scenarios:
   ``backend="mg"`` (jaxmg's one-host multi-process mode) giving the same answers;
   ``potrs_no_shardmap`` inside the user's ``shard_map``; the gradient of potrs plus logdet
   against the closed form.
+- ``grid:RxC``: ``A`` sharded ``P(r, c)`` over an ``R x C`` process grid (ScaLAPACK's 2D
+  block-cyclic layout): potrs (+logdet), potri, syevd, cho_factor/cho_solve, lu_solve (N/T/C)
+  and lu_factor, every dtype, eager and under ``jit``, a tile that needs the relayout, the
+  same answers as ``P(None, x)`` on the same processes; the gradient of potrs plus logdet.
 - ``quick``: potrs and lu_solve in float64 (for two jobs at once).
 - ``order``: one jitted program with two independent calls, the first of which reaches the
   engine a second late on the last rank (``JAXMG_TEST_MP_LATE``): the processes must agree on
@@ -144,6 +148,54 @@ def solve(mesh):
     report("grad", close(grad, expected, np.float64))
 
 
+def grid(mesh, line):
+    n = 12 * size
+    spec = P("r", "c")
+    for dtype in (np.float32, np.float64, np.complex64, np.complex128):
+        hpd, general, b = matrices(n, dtype)
+        case = dict(dtype=np.dtype(dtype).name)
+        A = jax.device_put(hpd, NamedSharding(mesh, spec))
+        G = jax.device_put(general, NamedSharding(mesh, spec))
+        x, logdet, status = jaxmg.potrs(A, b, return_logdet=True, return_status=True)
+        ok = int(status) == 0 and close(x, np.linalg.solve(hpd, b), dtype)
+        report("potrs", ok and close(logdet, np.linalg.slogdet(hpd)[1], dtype), **case)
+        jitted = jax.jit(lambda a, r: jaxmg.potrs(a, r, backend="mp"))
+        report("potrs_jit", close(jitted(A, b), np.linalg.solve(hpd, b), dtype), **case)
+        x = jaxmg.potrs(A, b, T_A=5)  # 5 x 5 tiles: a relayout with padding
+        report("potrs_tile5", close(x, np.linalg.solve(hpd, b), dtype), **case)
+        inv = jaxmg.potri(A, T_A=5)
+        ok = inv.sharding.spec == spec and close(host(inv), np.linalg.inv(hpd), dtype)
+        report("potri", ok, **case)
+        w, v = jaxmg.syevd(A, T_A=5)
+        v = host(v)
+        ok = close(w, np.linalg.eigvalsh(hpd), dtype)
+        report("syevd", ok and close(hpd @ v, v * np.asarray(w), dtype), **case)
+        factor = jaxmg.cho_factor(A, T_A=5)
+        ok = close(jaxmg.cho_solve(factor, b), np.linalg.solve(hpd, b), dtype)
+        ok = ok and close(factor.logdet, np.linalg.slogdet(hpd)[1], dtype)
+        report("cho_solve", ok, **case)
+        for trans, op in ((0, general), (1, general.T), (2, general.conj().T)):
+            x = jaxmg.lu_solve(G, b, T_A=5, trans=trans)
+            report("lu_solve", close(x, np.linalg.solve(op, b), dtype), trans=trans, **case)
+        x = jaxmg.lu_solve(jaxmg.lu_factor(G), b)
+        report("lu_factor", close(x, np.linalg.solve(general, b), dtype), **case)
+        # The same processes with the 1D layout give the same answer.
+        A1 = jax.device_put(hpd, NamedSharding(line, P(None, "x")))
+        with jax.set_mesh(line):
+            x1 = jaxmg.potrs(A1, b, backend="mp")
+        report("same_as_1d", close(jaxmg.potrs(A, b), x1, dtype), **case)
+    hpd, _, b = matrices(n, np.float64)
+    A = jax.device_put(hpd, NamedSharding(mesh, spec))
+
+    def loss(a):
+        x, logdet = jaxmg.potrs(a, b, T_A=5, return_logdet=True)
+        return jnp.sum(b * x) + logdet
+
+    grad = host(jax.grad(loss)(A))
+    inv = np.linalg.inv(hpd)
+    report("grad", close(grad, -inv @ b @ b.T @ inv + inv, np.float64))
+
+
 def quick(mesh):
     n = 4 * size
     hpd, general, b = matrices(n, np.float64, seed=rank // size)
@@ -215,7 +267,14 @@ def killed(mesh):
 
 
 mesh = jax.make_mesh((size,), ("x",), axis_types=(jax.sharding.AxisType.Explicit,))
-with jax.set_mesh(mesh):
-    {"solve": solve, "quick": quick, "order": order, "killed": killed}[scenario](mesh)
+if scenario.startswith("grid:"):
+    rows, cols = (int(v) for v in scenario[5:].split("x"))
+    explicit = (jax.sharding.AxisType.Explicit,) * 2
+    grid_mesh = jax.make_mesh((rows, cols), ("r", "c"), axis_types=explicit)
+    with jax.set_mesh(grid_mesh):
+        grid(grid_mesh, mesh)
+else:
+    with jax.set_mesh(mesh):
+        {"solve": solve, "quick": quick, "order": order, "killed": killed}[scenario](mesh)
 results.joinpath(f"{rank}.jsonl").write_text("\n".join(lines) + "\n")
 jax.distributed.shutdown()

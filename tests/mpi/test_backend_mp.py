@@ -62,6 +62,18 @@ def test_every_routine_against_numpy_and_mg(tmp_path, processes):
     assert not failed, failed
 
 
+@pytest.mark.parametrize("grid", ["2x2", "2x1", "1x2"])
+def test_every_routine_on_a_process_grid(tmp_path, grid):
+    """``A`` sharded ``P(r, c)``: the 2D block-cyclic path of the public API."""
+    rows, cols = (int(v) for v in grid.split("x"))
+    code, output = finish(launch(rows * cols, f"grid:{grid}", tmp_path / "results"))
+    assert code == 0, output[-4000:]
+    found = checks(tmp_path / "results", rows * cols)
+    assert len(found) == rows * cols * (11 * 4 + 1), len(found)  # 11 checks x 4 dtypes, grad
+    failed = [c for c in found if not c["ok"]]
+    assert not failed, failed
+
+
 def test_two_jobs_at_once(tmp_path):
     jobs = [launch(2, "quick", tmp_path / f"job{k}") for k in range(2)]
     for k, job in enumerate(jobs):
@@ -114,6 +126,7 @@ def test_multi_node_example_solves_on_four_processes():
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     verdicts = [line for line in done.stdout.splitlines() if line in ("True", "False")]
     assert verdicts == ["True"] * 4, done.stdout[-4000:]
+    assert done.stdout.count("of a 2 x 2 grid") == 4  # P(r, c): the 2D block-cyclic path
     assert done.stdout.count("entries of K here") == 4
 
 

@@ -210,6 +210,31 @@ def plan(n: int, ndev: int, T_A: int, fn: str) -> jaxmg_layout.CyclicPlan:
         raise type(err)(f"{fn}: {err}") from None
 
 
+def grid_plan(n: int, grid: tuple[int, int], T_A, pad, fn: str) -> jaxmg_layout.BlockCyclic2D:
+    """The 2D block-cyclic layout of an ``N x N`` matrix sharded ``P(r, c)``: ``T_A=None``
+    takes the widest square tile, ``min(N / rows, N / cols)`` (no relayout on a square grid).
+    Raises for an ``N`` the grid does not divide, and for ``pad=False`` with a tile that would
+    widen A's blocks."""
+    rows, cols = grid
+    if n % rows or n % cols:
+        raise ValueError(
+            f"{fn}: N={n} is not divisible by the {rows} x {cols} process grid of P(r, c); "
+            "jaxmg needs equal blocks (pad A, or use a grid whose extents divide N)."
+        )
+    if not isinstance(pad, (bool, np.bool_)):
+        raise TypeError(f"{fn}: pad must be True or False, got {pad!r}.")
+    layout = jaxmg_layout.BlockCyclic2D.for_blocks(
+        n, grid, min(n // rows, n // cols) if T_A is None else T_A
+    )
+    if not pad and layout.padded_local_shape != layout.shard_shape:
+        raise ValueError(
+            f"{fn}: pad=False, but T_A={T_A} does not divide A's {layout.shard_shape[0]} x "
+            f"{layout.shard_shape[1]} blocks, which would be widened to whole tiles. Use "
+            "pad=True (the default) or a T_A dividing both."
+        )
+    return layout
+
+
 def cyclic_shape(a, geometry, T_A: int, fn: str) -> int:
     """For ``cyclic_1d=True``: check A has the block-cyclic global shape; return N."""
     n = int(a.shape[1 - geometry.sharded_dim])

@@ -5,7 +5,9 @@ Programs. Each native routine runs in one ``jax.shard_map`` program, as in :mod:
 inverse from that factor), ``getrf``/``getrs`` (LU with partial pivoting and its solves). A
 factor stays where the native call left it: every device keeps its ``[W, N]`` rows, the
 column-major storage of its block-cyclic tiles (``W``: the local width, plus the in-place
-relayout's room when it ran), as one ``[ndev * W, N]`` array sharded ``P(ax, None)``.
+relayout's room when it ran), as one ``[ndev * W, N]`` array sharded ``P(ax, None)``. On a
+process grid ``P(r, c)`` every process keeps its ``[Lc, Lr]`` local array (the column-major
+storage of its 2D block-cyclic tiles), the whole sharded ``P(r, c)``.
 
 Derivatives (``jax.custom_jvp``, so ``jvp``, ``grad``, ``vjp`` and their compositions all work).
 A solve ``x = A^-1 b`` is a ``lax.custom_linear_solve`` whose ``solve`` and ``transpose_solve``
@@ -56,17 +58,20 @@ class _Call:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     def route(self) -> _solvers._Route:
-        return _solvers._Route(self.T_A, self.n, self.geometry, self.cyclic, self.relayout)
+        return _solvers._route(self.T_A, self.n, self.geometry, self.cyclic, self.relayout)
 
     def native(self):
         return _native.engine(self.geometry.platform, self.fn, self.geometry.backend)
 
     def position(self):
-        return jax.lax.axis_index(self.geometry.axis)
+        return self.geometry.position()
 
     def native_kw(self, route) -> dict:
         return dict(
-            T_A=route.plan.tile, device_ids=self.geometry.device_ids, **self.geometry.native_job
+            T_A=route.plan.tile,
+            device_ids=self.geometry.device_ids,
+            **self.geometry.native_job,
+            **route.native_size,
         )
 
     def conj(self, v):
@@ -84,7 +89,7 @@ class _Call:
 
 
 def _rows_spec(call: _Call) -> P:
-    return P(call.geometry.axis, None)
+    return call.geometry.factor_spec
 
 
 def _status(status):
@@ -134,11 +139,16 @@ def _cho_inverse_program(call: _Call, f):
         inv_rows, _ = call.native().potri_factored(
             f, call.position(), moves=moves, **call.native_kw(route)
         )
+        if call.geometry.form == "grid":
+            return route.from_native(inv_rows)
         fill = functools.partial(_solvers._hermitian_from_triangle, axis_name=call.geometry.axis)
         inv = route.from_native(inv_rows, then=fill)
         return _solvers._relayout(inv, call.T_A, call.geometry) if call.cyclic else inv
 
-    return call.shard_map(body, (_rows_spec(call),), call.geometry.spec)(f)
+    inv = call.shard_map(body, (_rows_spec(call),), call.geometry.spec)(f)
+    return (
+        _solvers._hermitian_from_lower(inv, call.geometry) if call.geometry.form == "grid" else inv
+    )
 
 
 _NO_MOVES = np.zeros((0, 4), np.int64)
@@ -146,6 +156,8 @@ _NO_MOVES = np.zeros((0, 4), np.int64)
 
 def _diagonal_local(call: _Call, f):
     """This device's entries of the factor's diagonal (``[W]``, zero where padding)."""
+    if call.geometry.form == "grid":
+        return _grid_diagonal_local(call, f)
     plan = jaxmg_layout.CyclicPlan.make(call.n, call.geometry.ndev, call.T_A)
     columns = plan.column_map()  # [ndev, L]: the global column of each local column, -1: pad
     width = f.shape[0]
@@ -156,6 +168,24 @@ def _diagonal_local(call: _Call, f):
     return mine >= 0, values
 
 
+def _grid_diagonal_local(call: _Call, f):
+    """:func:`_diagonal_local` on a process grid: ``f`` is this process's ``[Lc, Lr]`` local
+    array, diagonal element ``g`` lives on process ``(B % rows, B % cols)`` of block ``B``."""
+    plan = jaxmg_layout.BlockCyclic2D.for_blocks(call.n, call.geometry.grid, call.T_A)
+    g = np.arange(call.n)
+    i, j, local_row, local_col = plan.global_to_local(g, g)
+    owner = i * plan.cols + j
+    count = int(np.bincount(owner, minlength=plan.processes).max())
+    rows = np.full((plan.processes, count), -1, np.int64)
+    cols = np.zeros((plan.processes, count), np.int64)
+    for p in range(plan.processes):
+        mine = owner == p
+        rows[p, : mine.sum()], cols[p, : mine.sum()] = local_row[mine], local_col[mine]
+    r = jnp.asarray(rows)[call.position()]
+    c = jnp.asarray(cols)[call.position()]
+    return r >= 0, f[c, jnp.maximum(r, 0)]
+
+
 @functools.partial(jax.jit, static_argnums=0)
 def _cho_logdet_program(call: _Call, f):
     """``log det A = 2 sum log L_jj`` from the factor rows (real; NaN for a failed factor)."""
@@ -163,7 +193,7 @@ def _cho_logdet_program(call: _Call, f):
     def body(f):
         real, values = _diagonal_local(call, f)
         logs = jnp.where(real, jnp.log(jnp.real(values)), 0)
-        return 2 * jax.lax.psum(jnp.sum(logs), call.geometry.axis)
+        return 2 * jax.lax.psum(jnp.sum(logs), call.geometry.axes)
 
     return call.shard_map(body, (_rows_spec(call),), P())(f)
 
@@ -180,7 +210,8 @@ def _getrf_program(call: _Call, a):
 
     spec = call.geometry.spec
     a = _solvers._placed(a, call.geometry.mesh, spec)
-    return call.shard_map(body, (spec,), (_rows_spec(call), P(call.geometry.axis), P()))(a)
+    pivots = call.geometry.pivots_spec
+    return call.shard_map(body, (spec,), (_rows_spec(call), pivots, P()))(a)
 
 
 # How to solve op(A) x = b with the factor of the matrix the solver saw: A (column sharding) or
@@ -192,6 +223,9 @@ _LU_TRANS = {
     ("rows", "N"): ("T", False),
     ("rows", "T"): ("N", False),
     ("rows", "C"): ("N", True),
+    ("grid", "N"): ("N", False),
+    ("grid", "T"): ("T", False),
+    ("grid", "C"): ("C", False),
 }
 
 
@@ -209,8 +243,8 @@ def _lu_solve_program(call: _Call, trans: str, lu, pivots, b):
         return flip(x.T)
 
     b = _solvers._placed(b, call.geometry.mesh, P())
-    ax = call.geometry.axis
-    return call.shard_map(body, (_rows_spec(call), P(ax), P()), P())(lu, pivots, b)
+    pivots_spec = call.geometry.pivots_spec
+    return call.shard_map(body, (_rows_spec(call), pivots_spec, P()), P())(lu, pivots, b)
 
 
 # --- derivatives: the pieces --------------------------------------------------------------
@@ -490,7 +524,8 @@ class CholeskyFactor:
       factor: ``L`` with ``A = L L^H`` (of ``conj(A)`` when ``A`` is sharded by rows), in the
         layout cuSolverMg wants: every device keeps its block-cyclic tiles as ``[W, N]`` rows
         (column-major ``N x W``, ``W`` the local width plus the in-place relayout's room), one
-        ``[ndev * W, N]`` array sharded ``P(ax, None)``: one more copy of ``A``'s size.
+        ``[ndev * W, N]`` array sharded ``P(ax, None)``: one more copy of ``A``'s size. On a
+        process grid ``P(r, c)``: every process's ``[Lc, Lr]`` local array, sharded ``P(r, c)``.
       matrix: ``A`` itself, as given (a reference, not a copy): derivatives with respect to
         ``A`` flow through it, the factor being the forward pass's.
       status: int32 scalar, 0 on success, ``k > 0`` if the leading minor of order ``k`` is not
@@ -536,6 +571,7 @@ class LUFactor:
         out as :attr:`CholeskyFactor.factor`: ``[ndev * W, N]`` sharded ``P(ax, None)``.
       pivots: int32 ``[ndev * W]`` sharded ``P(ax)``: each device's entries belong to its
         local block-cyclic columns (LAPACK's 1-based ``ipiv``, as cuSolverMg distributes it).
+        On a process grid, every process's ScaLAPACK ``ipiv``, sharded ``P((r, c))``.
       matrix: ``A`` itself (a reference): derivatives with respect to ``A`` flow through it.
       status: int32 scalar, 0 on success, ``k > 0`` if ``U[k-1, k-1]`` is exactly zero (the
         factor is then NaN, and so is every solve with it).

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import Literal
 
 import jax
@@ -18,7 +19,7 @@ from jax.sharding import PartitionSpec as P
 
 from . import _processes
 
-Form = Literal["cols", "rows"]
+Form = Literal["cols", "rows", "grid"]
 
 #: cuSolverMg's hard limit on the number of GPUs in one call.
 MAX_GPUS = 16
@@ -27,7 +28,10 @@ MAX_GPUS = 16
 #: (inside a user's ``shard_map``): the native code then takes each participant's own device.
 UNKNOWN_DEVICE = -1
 
-_ACCEPTED = "A sharded over exactly one mesh axis, by columns P(None, ax) or by rows P(ax, None)"
+_ACCEPTED = (
+    "A sharded over exactly one mesh axis, by columns P(None, ax) or by rows P(ax, None), or "
+    "(backend='mp') over a process grid P(r, c)"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,9 +40,11 @@ class Geometry:
 
     Attributes:
       mesh: the mesh of ``A`` (concrete, or abstract under ``jit`` with Explicit axes).
-      axis: the mesh axis ``A`` is sharded over: the solver runs on the devices along it.
-      form: ``"cols"`` for ``P(None, axis)``, ``"rows"`` for ``P(axis, None)``.
-      ndev: the number of devices along ``axis``.
+      axis: the mesh axis ``A`` is sharded over: the solver runs on the devices along it. For
+        ``"grid"``, the axis of the process columns.
+      form: ``"cols"`` for ``P(None, axis)``, ``"rows"`` for ``P(axis, None)``, ``"grid"`` for
+        ``P(row_axis, axis)`` (backend ``"mp"`` only: ScaLAPACK's 2D process grid).
+      ndev: the number of devices along ``axis`` (``"grid"``: on the whole grid).
       platform: ``"cpu"`` or ``"gpu"``.
       device_ids: the participating devices in mesh-position order (CUDA ordinals on GPU, device
         ids on CPU), or ``UNKNOWN_DEVICE`` entries when only the abstract mesh is known.
@@ -47,6 +53,7 @@ class Geometry:
       pids: in the multi-process mode, the process id of each mesh position.
       backend: ``"mg"`` (cuSolverMg / the LAPACK twin, one node) or ``"mp"`` (the distributed
         engine, one process per device: ScaLAPACK over MPI on CPUs).
+      row_axis: for ``"grid"``, the mesh axis of the process rows.
     """
 
     mesh: object
@@ -58,18 +65,54 @@ class Geometry:
     job: int = 0
     pids: tuple[int, ...] = ()
     backend: str = "mg"
+    row_axis: str | None = None
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        """The process grid ``(rows, cols)``: ``P(r, c)``'s, else ``1 x ndev`` (the 1D
+        block-cyclic columns)."""
+        if self.form == "grid":
+            rows = dict(self.mesh.shape)[self.row_axis]
+            return rows, self.ndev // rows
+        return 1, self.ndev
+
+    @property
+    def axes(self) -> tuple[str, ...]:
+        """Every mesh axis the matrix is split over (for collectives over all its devices)."""
+        return (self.row_axis, self.axis) if self.form == "grid" else (self.axis,)
+
+    def position(self):
+        """This device's flat position on the solver's grid, inside ``shard_map`` (row-major
+        over ``P(r, c)``)."""
+        if self.form == "grid":
+            rows, cols = self.grid
+            return jax.lax.axis_index(self.row_axis) * cols + jax.lax.axis_index(self.axis)
+        return jax.lax.axis_index(self.axis)
 
     @property
     def native_job(self) -> dict:
         """The engine's own attributes of the native call: the multi-process ones for ``"mg"``,
-        the process grid (``1 x ndev``: the 1D block-cyclic columns) for ``"mp"``."""
+        the process grid for ``"mp"``."""
         if self.backend == "mp":
-            return {"grid": (1, self.ndev)}
+            return {"grid": self.grid}
         return {"job": self.job, "pids": self.pids or None}
 
     @property
     def spec(self) -> P:
+        if self.form == "grid":
+            return P(self.row_axis, self.axis)
         return P(None, self.axis) if self.form == "cols" else P(self.axis, None)
+
+    @property
+    def factor_spec(self) -> P:
+        """The sharding of a factor as the engine leaves it: every device's local array (the
+        column-major storage of its tiles), stacked along the solver's axes."""
+        return self.spec if self.form == "grid" else P(self.axis, None)
+
+    @property
+    def pivots_spec(self) -> P:
+        """The sharding of LU's pivots: every device's local pivot vector, stacked."""
+        return P(self.axes)
 
     @property
     def sharded_dim(self) -> int:
@@ -84,12 +127,15 @@ def _normalise(spec) -> tuple:
     return entries
 
 
-def _axis_and_form(spec, where: str) -> tuple[str, Form]:
+def _axis_and_form(spec, where: str) -> tuple[str, Form, str | None]:
+    """``(axis, form, row_axis)`` of a spec (``row_axis``: ``P(r, c)``'s ``r``, else None)."""
     rows, cols = _normalise(spec)
     if rows is None and isinstance(cols, str):
-        return cols, "cols"
+        return cols, "cols", None
     if cols is None and isinstance(rows, str):
-        return rows, "rows"
+        return rows, "rows", None
+    if isinstance(rows, str) and isinstance(cols, str) and rows != cols:
+        return cols, "grid", rows
     raise ValueError(f"{where} is {spec!r}; jaxmg accepts {_ACCEPTED}.")
 
 
@@ -301,9 +347,9 @@ def resolve(
     carried = _carried_sharding(a)
     mesh = _solver_mesh(mesh, carried, in_spec, argname)
     if in_spec is not None:
-        axis, form = _axis_and_form(in_spec, "in_specs[0]")
+        axis, form, row_axis = _axis_and_form(in_spec, "in_specs[0]")
     elif carried is not None and any(entry is not None for entry in carried.spec):
-        axis, form = _axis_and_form(carried.spec, f"the sharding of {argname}")
+        axis, form, row_axis = _axis_and_form(carried.spec, f"the sharding of {argname}")
     else:
         raise ValueError(
             f"cannot find how to shard {argname}: it is "
@@ -311,17 +357,28 @@ def resolve(
             + " (inside jit on a mesh with Auto axes the sharding is not visible). Pass "
             f"in_specs= (and mesh=, unless jax.set_mesh is in effect), with {_ACCEPTED}."
         )
-    if axis not in mesh.axis_names:
-        raise ValueError(f"mesh axis {axis!r} is not in the mesh axes {mesh.axis_names}.")
+    for name in (axis, row_axis) if form == "grid" else (axis,):
+        if name not in mesh.axis_names:
+            raise ValueError(f"mesh axis {name!r} is not in the mesh axes {mesh.axis_names}.")
     platform = _platform(mesh)
     if platform not in ("cpu", "gpu"):
         raise ValueError(
             f"jaxmg runs on NVIDIA GPUs (cuSolverMg) and on CPU devices (LAPACK twin), "
             f"not on {platform!r} devices."
         )
+    if form == "grid":
+        if backend == "mg":
+            raise ValueError(
+                f"{fn}: {argname} is sharded over a process grid P({row_axis!r}, {axis!r}), which "
+                "only backend='mp' (ScaLAPACK's 2D block-cyclic layout) solves on; backend='mg' "
+                "(cuSolverMg, 1D) takes P(None, ax) or P(ax, None)."
+            )
+        ndev = _mp_processes(mesh, (row_axis, axis), platform, fn)
+        unknown = (UNKNOWN_DEVICE,) * ndev
+        return Geometry(mesh, axis, form, ndev, platform, unknown, backend="mp", row_axis=row_axis)
     backend = choose_backend(backend, mesh, axis, platform)
     if backend == "mp":
-        ndev = _mp_processes(mesh, axis, platform, fn)
+        ndev = _mp_processes(mesh, (axis,), platform, fn)
         return Geometry(mesh, axis, form, ndev, platform, (UNKNOWN_DEVICE,) * ndev, backend="mp")
     device_ids, job, pids = _participants(mesh, axis, platform)
     check_device_count(len(device_ids), platform, axis)
@@ -346,18 +403,23 @@ def choose_backend(backend, mesh, axis: str, platform: str) -> str:
     return "mp" if len({hosts[p] for p in processes}) > 1 else "mg"
 
 
-def _mp_processes(mesh, axis: str, platform: str, fn: str) -> int:
-    """The number of processes of a ``"mp"`` call after checking its setup: ``axis`` holds one
-    device of every process of the job, and the mesh nothing else."""
+def _mp_processes(mesh, axes: tuple[str, ...], platform: str, fn: str) -> int:
+    """The number of processes of a ``"mp"`` call after checking its setup: the mesh ``axes``
+    (one, or ``P(r, c)``'s two) hold one device of every process of the job, in process order
+    (row-major over a grid), and the mesh nothing else."""
     shape = dict(mesh.shape)
-    ndev, processes = shape[axis], jax.process_count()
-    others = {name: size for name, size in shape.items() if name != axis and size > 1}
+    ndev, processes = math.prod(shape[a] for a in axes), jax.process_count()
+    others = {name: size for name, size in shape.items() if name not in axes and size > 1}
+    listed = " x ".join(map(repr, axes))
+    named = ("mesh axis " if len(axes) == 1 else "mesh axes ") + listed
     if isinstance(mesh, jax.sharding.Mesh):
-        owners = [d.process_index for d in mesh.devices.flat]
+        order = [mesh.axis_names.index(a) for a in axes]
+        order += [i for i in range(len(mesh.axis_names)) if i not in order]
+        owners = [d.process_index for d in np.transpose(mesh.devices, order).flat]
         if sorted(owners) == list(range(processes)) and owners != sorted(owners):
             raise ValueError(
-                f"{fn}: backend='mp' needs the devices of mesh axis {axis!r} in process order "
-                f"(position p on process p; found processes {owners}): ScaLAPACK's grid follows "
+                f"{fn}: backend='mp' needs the devices of {named} in process order (position p "
+                f"on process p, row-major; found processes {owners}): ScaLAPACK's grid follows "
                 "the MPI ranks. Build the mesh with jax.make_mesh, or sort its devices by "
                 "process_index."
             )
@@ -367,9 +429,9 @@ def _mp_processes(mesh, axis: str, platform: str, fn: str) -> int:
     if others or ndev != processes or not fits:
         raise ValueError(
             f"{fn}: backend='mp' runs one process per device over every process of the job: "
-            f"mesh axis {axis!r} must hold exactly one device of each of the {processes} "
-            f"processes, and no other axis may split it; found the mesh {shape}"
-            + ("" if others else f" with {ndev} device(s) on {axis!r}")
+            f"{named} must hold exactly one device of each of the {processes} processes, and "
+            f"no other axis may split it; found the mesh {shape}"
+            + ("" if others else f" with {ndev} device(s) on {listed}")
             + ". Launch one process per device (mpiexec -n P python prog.py, each initialising "
             "jax.distributed with one local device)."
         )
@@ -409,7 +471,7 @@ def from_abstract_mesh(
         )
     platform = _platform(mesh)
     if choose_backend(backend, mesh, axis_name, platform) == "mp":
-        ndev = _mp_processes(mesh, axis_name, platform, fn)
+        ndev = _mp_processes(mesh, (axis_name,), platform, fn)
         return Geometry(
             mesh, axis_name, form, ndev, platform, (UNKNOWN_DEVICE,) * ndev, backend="mp"
         )

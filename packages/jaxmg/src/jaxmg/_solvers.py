@@ -13,7 +13,9 @@ Sharding forms. For ``A`` sharded by columns, ``P(None, ax)``, the local block i
 and step 2 is a local transpose. For ``A`` sharded by rows, ``P(ax, None)``, the local block
 ``A[blk, :]`` already *is* that storage, of the column block of ``A^T = conj(A)`` (A is
 Hermitian): no transpose, and the solver works on ``conj(A)``. Solutions are conjugated back
-(a no-op for real dtypes).
+(a no-op for real dtypes). For ``A`` sharded over a process grid, ``P(r, c)`` (backend
+``"mp"``), step 1 is the 2D relayout and step 2 a local transpose to the ``[Lc, Lr]`` storage
+of the process's local array (:class:`_GridRoute`).
 
 Failure. A matrix that is not positive definite (potrs, potri), or an eigensolver that fails to
 converge (syevd), is not an exception: the status is nonzero and every floating output is NaN.
@@ -44,6 +46,8 @@ class _Route:
     copy of ``A``. ``relayout="jax"``: the relayout runs here, as JAX collectives
     (:func:`jaxmg_layout.cyclic_1d_no_shardmap`). ``cyclic``: the block is already cyclic.
     """
+
+    native_size = {}  # the native target reads N from the local array's shape
 
     def __init__(self, T_A, n, geometry, cyclic, relayout):
         self.T_A, self.n, self.geometry, self.cyclic = T_A, n, geometry, cyclic
@@ -99,6 +103,41 @@ class _Route:
         else:
             z = z[:s]
         return self._rows(z if then is None else then(z))
+
+
+class _GridRoute:
+    """:class:`_Route` for ``A`` sharded over a process grid ``P(r, c)`` (backend ``"mp"``):
+    the 2D relayout (:func:`jaxmg_layout.cyclic_2d_no_shardmap`) as JAX collectives, then a
+    local transpose to the engine's column-major local array ``[Lc, Lr]``."""
+
+    moves = None
+    native_moves = None
+
+    def __init__(self, T_A, n, geometry):
+        self.T_A, self.n, self.geometry = T_A, n, geometry
+        self.native_size = {"n": n}  # the engine cannot read N from a local array's shape
+        self.plan = jaxmg_layout.BlockCyclic2D.for_blocks(n, geometry.grid, T_A)
+
+    def to_native(self, a):
+        return jaxmg_layout.cyclic_2d_no_shardmap(a, self.T_A, self.geometry.axes).T
+
+    def from_native(self, z):
+        return jaxmg_layout.undo_cyclic_2d_no_shardmap(z.T, self.T_A, self.n, self.geometry.axes)
+
+
+def _route(T_A, n, geometry, cyclic, relayout):
+    """The route of one call's local blocks to the native target and back."""
+    if geometry.form == "grid":
+        return _GridRoute(T_A, n, geometry)
+    return _Route(T_A, n, geometry, cyclic, relayout)
+
+
+def _hermitian_from_lower(x, geometry):
+    """The Hermitian matrix whose lower triangle is the global ``x``'s (sharded ``P(r, c)``):
+    the grid's blocks do not pair up across the diagonal as a 1D form's do, so the upper
+    triangle comes from one resharded transpose of the strict lower one."""
+    upper = _placed(jnp.conj(jnp.tril(x, -1)).T, geometry.mesh, geometry.spec)
+    return jnp.tril(x) + upper
 
 
 def _pairings(ndev):
@@ -184,16 +223,17 @@ def _potrs_local(a, b, *, T_A, n, cyclic, relayout, geometry, fn, with_factor=Fa
     """Solve on local blocks. ``a``: local block of A; ``b``: replicated ``[N, nrhs]``.
     Returns ``(x, status)``, or ``(x, factor rows, status)`` ``with_factor``."""
     native = _native.engine(geometry.platform, fn, geometry.backend)
-    route = _Route(T_A, n, geometry, cyclic, relayout)
+    route = _route(T_A, n, geometry, cyclic, relayout)
     conj = jnp.conj if geometry.form == "rows" else (lambda v: v)
     factor, x_rows, status = native.potrs(
         route.to_native(a),
         conj(b.T),
-        jax.lax.axis_index(geometry.axis),
+        geometry.position(),
         T_A=route.plan.tile,
         device_ids=geometry.device_ids,
         moves=route.native_moves,
         **geometry.native_job,
+        **route.native_size,
     )
     if with_factor:
         return conj(x_rows.T), factor, status
@@ -202,15 +242,18 @@ def _potrs_local(a, b, *, T_A, n, cyclic, relayout, geometry, fn, with_factor=Fa
 
 def _potri_local(a, *, T_A, n, cyclic, relayout, geometry, fn):
     native = _native.engine(geometry.platform, fn, geometry.backend)
-    route = _Route(T_A, n, geometry, cyclic, relayout)
+    route = _route(T_A, n, geometry, cyclic, relayout)
     inv_rows, status = native.potri(
         route.to_native(a),
-        jax.lax.axis_index(geometry.axis),
+        geometry.position(),
         T_A=route.plan.tile,
         device_ids=geometry.device_ids,
         moves=route.native_moves,
         **geometry.native_job,
+        **route.native_size,
     )
+    if geometry.form == "grid":  # the lower triangle; _potri_program fills the upper one
+        return route.from_native(inv_rows), status
     fill = functools.partial(_hermitian_from_triangle, axis_name=geometry.axis)
     inv = route.from_native(inv_rows, then=fill)
     return (_relayout(inv, T_A, geometry) if cyclic else inv), status
@@ -220,18 +263,21 @@ def _syevd_local(a, *, T_A, n, cyclic, relayout, vectors, geometry, fn, v_column
     """``v_columns``: return this device's column block ``V[:, blk]`` whatever the form of ``a``
     (jaxmg 0.0.x's ``syevd_shardmap_ctx``); else ``V``'s block in the form of ``a``."""
     native = _native.engine(geometry.platform, fn, geometry.backend)
-    route = _Route(T_A, n, geometry, cyclic, relayout)
+    route = _route(T_A, n, geometry, cyclic, relayout)
     v_rows, w, status = native.syevd(
         route.to_native(a),
-        jax.lax.axis_index(geometry.axis),
+        geometry.position(),
         T_A=route.plan.tile,
         device_ids=geometry.device_ids,
         vectors=vectors,
         moves=route.native_moves,
         **geometry.native_job,
+        **route.native_size,
     )
     if not vectors:
         return w, status
+    if geometry.form == "grid":
+        return w, route.from_native(v_rows), status
     if geometry.form == "cols":
         return w, (v_rows.T if cyclic else route.from_native(v_rows)), status
     # The solver saw conj(A): its eigenvector columns are conj(V), which read back by rows is
@@ -293,7 +339,7 @@ def _potrs_program(a, b, *, T_A, n, cyclic, relayout, geometry, fn, with_factor=
         fn=fn,
         with_factor=with_factor,
     )
-    out_specs = (P(), P(geometry.axis, None), P()) if with_factor else (P(), P())
+    out_specs = (P(), geometry.factor_spec, P()) if with_factor else (P(), P())
     return jax.shard_map(
         body,
         mesh=geometry.mesh,
@@ -308,13 +354,14 @@ def _potri_program(a, *, T_A, n, cyclic, relayout, geometry, fn):
     body = functools.partial(
         _potri_local, T_A=T_A, n=n, cyclic=cyclic, relayout=relayout, geometry=geometry, fn=fn
     )
-    return jax.shard_map(
+    inv, status = jax.shard_map(
         body,
         mesh=geometry.mesh,
         in_specs=(geometry.spec,),
         out_specs=(geometry.spec, P()),
         check_vma=False,
     )(_placed(a, geometry.mesh, geometry.spec))
+    return (_hermitian_from_lower(inv, geometry) if geometry.form == "grid" else inv), status
 
 
 @functools.partial(jax.jit, static_argnames=(*_STATIC, "vectors"))
@@ -381,6 +428,15 @@ def _prepare(A, T_A, mesh, spec, cyclic_1d, relayout, pad, fn, routine, backend=
     geometry = _geometry.resolve(A, mesh, spec, backend=backend, fn=fn)
     if geometry.backend == "mp":
         _native.load_mp(fn)
+    if geometry.form == "grid":
+        if cyclic_1d:
+            raise ValueError(
+                f"{fn}: cyclic_1d=True is the 1D layout of P(None, ax) or P(ax, None); pass A "
+                "sharded P(r, c) in JAX's block sharding (jaxmg lays it out itself)."
+            )
+        n = _checks.square_size(A, fn)
+        tile = _checks.grid_plan(n, geometry.grid, T_A, pad, fn).tile
+        return _statics(tile, n, False, relayout, geometry, fn), dtype
     if cyclic_1d:
         n = _checks.cyclic_shape(A, geometry, T_A, fn)
     else:
@@ -409,7 +465,10 @@ def potrs(
       A: ``[N, N]`` float32, float64, complex64 or complex128, sharded over one mesh axis by
         columns ``P(None, ax)`` or by rows ``P(ax, None)`` (``N`` divisible by the number of
         devices on ``ax``). Only one triangle is read: the lower one for column sharding, the
-        upper one for row sharding.
+        upper one for row sharding. Or sharded over a process grid ``P(r, c)`` (``N``
+        divisible by both extents; the lower triangle is read), which runs on ``backend="mp"``
+        in ScaLAPACK's 2D block-cyclic layout with square ``T_A x T_A`` tiles (``T_A=None``:
+        ``min(N / rows, N / cols)``).
       b: ``[N]`` or ``[N, nrhs]`` (any ``nrhs >= 1``), A's dtype; any sharding (it is
         replicated for the solve).
       T_A: column tile size of the block-cyclic layout, any positive int (``T_A >= N / ndev``

@@ -17,7 +17,8 @@ where Gloo writes too). Scenarios:
 - ``grid:RxC``: ``A`` sharded ``P(r, c)`` over an ``R x C`` process grid (ScaLAPACK's 2D
   block-cyclic layout): potrs (+logdet), potri, syevd, cho_factor/cho_solve, lu_solve (N/T/C)
   and lu_factor, every dtype, eager and under ``jit``, a tile that needs the relayout, the
-  same answers as ``P(None, x)`` on the same processes; the gradient of potrs plus logdet.
+  same answers as ``P(None, x)`` on the same processes; potri and potrs under ``jit`` on a mesh
+  with Auto axes; the gradient of potrs plus logdet.
 - ``quick``: potrs and lu_solve in float64 (for two jobs at once).
 - ``order``: one jitted program with two independent calls, the first of which reaches the
   engine a second late on the last rank (``JAXMG_TEST_MP_LATE``): the processes must agree on
@@ -185,6 +186,19 @@ def grid(mesh, line):
             x1 = jaxmg.potrs(A1, b, backend="mp")
         report("same_as_1d", close(jaxmg.potrs(A, b), x1, dtype), **case)
     hpd, _, b = matrices(n, np.float64)
+    # A mesh with Auto axes, under jit: XLA places the results (potri's fill reshards a
+    # transpose with a sharding constraint there).
+    auto = jax.make_mesh(mesh.axis_sizes, ("r", "c"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    A = jax.device_put(hpd, NamedSharding(auto, spec))
+    with jax.set_mesh(auto):
+        inv, x = jax.jit(
+            lambda a: (
+                jaxmg.potri(a, T_A=5, in_specs=spec),  # Auto axes: the sharding is not visible
+                jaxmg.potrs(a, b, T_A=5, in_specs=spec),
+            )
+        )(A)
+    ok = close(host(inv), np.linalg.inv(hpd), np.float64)
+    report("auto_axes_jit", ok and close(x, np.linalg.solve(hpd, b), np.float64))
     A = jax.device_put(hpd, NamedSharding(mesh, spec))
 
     def loss(a):

@@ -337,6 +337,33 @@ def test_no_shardmap_axis_that_cannot_be_told(mesh):
         )(arg)
 
 
+@pytest.mark.usefixtures("once_per_suite")
+def test_grid_blocks_in_shard_map_name_what_they_need():
+    """``sharded_by="grid"``: the pair of axes is required; in one process with several
+    devices the grid is refused with the launch that would work (it runs in tests/mpi)."""
+    grid = jax.make_mesh((2, 2), ("a", "b"), devices=jax.devices()[:4])
+    arg = jax.device_put(jnp.eye(8), NamedSharding(grid, P("a", "b")))
+
+    def run(axis_name, backend="mp"):
+        return jax.shard_map(
+            lambda a: jaxmg.potrs_no_shardmap(
+                a, jnp.ones(8), sharded_by="grid", axis_name=axis_name, backend=backend
+            )[1],
+            mesh=grid, in_specs=P("a", "b"), out_specs=P(), check_vma=False,
+        )(arg)  # fmt: skip
+
+    with pytest.raises(ValueError, match=r"sharded_by='grid' needs axis_name=\(r, c\).*got"):
+        run("a")
+    with pytest.raises(ValueError, match=r"names 'z', which is not an axis of the enclosing"):
+        run(("a", "z"))
+    with pytest.raises(ValueError, match=r"process grid P\('a', 'b'\).* only backend='mp'"):
+        run(("a", "b"), backend="mg")
+    with pytest.raises(ValueError, match=r"runs one process per device.*mesh axes 'a' x 'b'"):
+        run(("a", "b"))
+    with pytest.raises(ValueError, match=r"sharded_by must be 'cols', 'rows' or 'grid'"):
+        jaxmg.potri_no_shardmap(jnp.eye(8), sharded_by="diagonal")
+
+
 def test_factor_functions_name_what_they_accept(mesh, a):
     n = a.shape[0]
     with pytest.raises(TypeError, match=r"jaxmg.cho_solve: factor must be the CholeskyFactor"):

@@ -18,7 +18,8 @@ where Gloo writes too). Scenarios:
   block-cyclic layout): potrs (+logdet), potri, syevd, cho_factor/cho_solve, lu_solve (N/T/C)
   and lu_factor, every dtype, eager and under ``jit``, a tile that needs the relayout, the
   same answers as ``P(None, x)`` on the same processes; potri and potrs under ``jit`` on a mesh
-  with Auto axes; the gradient of potrs plus logdet.
+  with Auto axes; potrs, syevd and potri inside the user's ``shard_map`` (``sharded_by="grid"``;
+  potri refused on a grid that is not square); the gradient of potrs plus logdet.
 - ``quick``: potrs and lu_solve in float64 (for two jobs at once).
 - ``order``: one jitted program with two independent calls, the first of which reaches the
   engine a second late on the last rank (``JAXMG_TEST_MP_LATE``): the processes must agree on
@@ -200,6 +201,36 @@ def grid(mesh, line):
     ok = close(host(inv), np.linalg.inv(hpd), np.float64)
     report("auto_axes_jit", ok and close(x, np.linalg.solve(hpd, b), np.float64))
     A = jax.device_put(hpd, NamedSharding(mesh, spec))
+    # Inside the user's shard_map, on the blocks of P(r, c).
+    grid_kw = dict(T_A=5, sharded_by="grid", axis_name=("r", "c"), backend="mp")
+
+    def blocks(a, r):
+        x, solved = jaxmg.potrs_no_shardmap(a, r, **grid_kw)
+        w, v, converged = jaxmg.syevd_no_shardmap(a, **grid_kw)
+        return x, w, v, solved + converged
+
+    mapped = jax.shard_map(
+        blocks, mesh=mesh, in_specs=(spec, P()), out_specs=(P(), P(), spec, P()), check_vma=False
+    )
+    x, w, v, status = jax.jit(mapped)(A, b)
+    v = host(v)
+    ok = int(np.asarray(status)[0]) == 0 and close(x, np.linalg.solve(hpd, b), np.float64)
+    ok = ok and close(w, np.linalg.eigvalsh(hpd), np.float64)
+    report("no_shardmap", ok and close(hpd @ v, v * np.asarray(w), np.float64))
+    inverse = jax.shard_map(
+        lambda a: jaxmg.potri_no_shardmap(a, **grid_kw),
+        mesh=mesh, in_specs=spec, out_specs=(spec, P()), check_vma=False,
+    )  # fmt: skip
+    if mesh.axis_sizes[0] == mesh.axis_sizes[1]:
+        inv, status = jax.jit(inverse)(A)
+        ok = int(np.asarray(status)[0]) == 0 and close(host(inv), np.linalg.inv(hpd), np.float64)
+    else:
+        try:
+            jax.jit(inverse)(A)
+            ok = False
+        except ValueError as error:  # refused while tracing, before any device work
+            ok = "square grids only" in str(error)
+    report("potri_no_shardmap", ok)
 
     def loss(a):
         x, logdet = jaxmg.potrs(a, b, T_A=5, return_logdet=True)

@@ -367,12 +367,7 @@ def resolve(
             f"not on {platform!r} devices."
         )
     if form == "grid":
-        if backend == "mg":
-            raise ValueError(
-                f"{fn}: {argname} is sharded over a process grid P({row_axis!r}, {axis!r}), which "
-                "only backend='mp' (ScaLAPACK's 2D block-cyclic layout) solves on; backend='mg' "
-                "(cuSolverMg, 1D) takes P(None, ax) or P(ax, None)."
-            )
+        _refuse_grid_on_mg(backend, row_axis, axis, argname, fn)
         ndev = _mp_processes(mesh, (row_axis, axis), platform, fn)
         unknown = (UNKNOWN_DEVICE,) * ndev
         return Geometry(mesh, axis, form, ndev, platform, unknown, backend="mp", row_axis=row_axis)
@@ -438,6 +433,45 @@ def _mp_processes(mesh, axes: tuple[str, ...], platform: str, fn: str) -> int:
     return ndev
 
 
+def _enclosing_shard_map():
+    """``(abstract mesh, its manual axes)`` of the enclosing ``shard_map``, or an error."""
+    mesh = jax.sharding.get_abstract_mesh()
+    manual = mesh.manual_axes if not mesh.empty else ()
+    if not manual:
+        raise ValueError(
+            "no enclosing shard_map: the *_no_shardmap / *_shardmap_ctx functions must be "
+            "called inside jax.shard_map on local blocks (else call jaxmg.potrs/potri/syevd)."
+        )
+    return mesh, manual
+
+
+def _refuse_grid_on_mg(backend, row_axis: str, axis: str, what: str, fn: str) -> None:
+    if backend == "mg":
+        raise ValueError(
+            f"{fn}: {what} is sharded over a process grid P({row_axis!r}, {axis!r}), which only "
+            "backend='mp' (ScaLAPACK's 2D block-cyclic layout) solves on; backend='mg' "
+            "(cuSolverMg, 1D) takes P(None, ax) or P(ax, None)."
+        )
+
+
+def grid_from_abstract_mesh(axes, backend=None, fn: str = "jaxmg") -> Geometry:
+    """The geometry of local blocks of a matrix sharded ``P(r, c)`` over ``axes = (r, c)``,
+    inside a user's ``shard_map`` (backend ``"mp"`` only)."""
+    mesh, manual = _enclosing_shard_map()
+    for name in axes:
+        if name not in manual:
+            raise ValueError(
+                f"{fn}: axis_name={tuple(axes)!r} names {name!r}, which is not an axis of the "
+                f"enclosing shard_map (axes: {manual})."
+            )
+    row_axis, axis = axes
+    _refuse_grid_on_mg(backend, row_axis, axis, "the matrix", fn)
+    platform = _platform(mesh)
+    ndev = _mp_processes(mesh, (row_axis, axis), platform, fn)
+    unknown = (UNKNOWN_DEVICE,) * ndev
+    return Geometry(mesh, axis, "grid", ndev, platform, unknown, backend="mp", row_axis=row_axis)
+
+
 def from_abstract_mesh(
     axis_name: str | None, form: Form, fits, backend=None, fn: str = "jaxmg"
 ) -> Geometry:
@@ -446,13 +480,7 @@ def from_abstract_mesh(
     ``axis_name=None`` picks the one mesh axis whose size ``fits(size)`` says the local block
     is split over (jaxmg 0.0.x's ``*_shardmap_ctx`` functions took no axis name).
     """
-    mesh = jax.sharding.get_abstract_mesh()
-    manual = mesh.manual_axes if not mesh.empty else ()
-    if not manual:
-        raise ValueError(
-            "no enclosing shard_map: the *_no_shardmap / *_shardmap_ctx functions must be "
-            "called inside jax.shard_map on local blocks (else call jaxmg.potrs/potri/syevd)."
-        )
+    mesh, manual = _enclosing_shard_map()
     if axis_name is None:
         names = [name for name in manual if fits(dict(mesh.shape)[name])]
         if len(names) != 1:

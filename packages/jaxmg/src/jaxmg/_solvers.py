@@ -133,11 +133,34 @@ def _route(T_A, n, geometry, cyclic, relayout):
 
 
 def _hermitian_from_lower(x, geometry):
-    """The Hermitian matrix whose lower triangle is the global ``x``'s (sharded ``P(r, c)``):
-    the grid's blocks do not pair up across the diagonal as a 1D form's do, so the upper
-    triangle comes from one resharded transpose of the strict lower one."""
+    """The Hermitian matrix whose lower triangle is the global ``x``'s (sharded ``P(r, c)``).
+
+    On a square grid, inside ``shard_map`` (:func:`_hermitian_blocks_from_lower`). On another
+    grid the blocks do not pair up across the diagonal, so the upper triangle comes from one
+    resharded transpose of the strict lower one.
+    """
+    rows, cols = geometry.grid
+    if rows == cols:
+        fill = functools.partial(_hermitian_blocks_from_lower, geometry=geometry)
+        spec = geometry.spec
+        return jax.shard_map(
+            fill, mesh=geometry.mesh, in_specs=spec, out_specs=spec, check_vma=False
+        )(x)
     upper = _placed(jnp.conj(jnp.tril(x, -1)).T, geometry.mesh, geometry.spec)
     return jnp.tril(x) + upper
+
+
+def _hermitian_blocks_from_lower(x, geometry):
+    """:func:`_hermitian_from_lower` on the local block ``(i, j)`` of a square grid: a block
+    above the diagonal (``i < j``) is the conjugate transpose of block ``(j, i)``, which one
+    ``ppermute`` over both grid axes brings; a diagonal block fills itself."""
+    rows, cols = geometry.grid
+    i = jax.lax.axis_index(geometry.row_axis)
+    j = jax.lax.axis_index(geometry.axis)
+    pairs = [(a * cols + b, b * cols + a) for a in range(rows) for b in range(cols) if a != b]
+    mirrored = jnp.conj(jax.lax.ppermute(x, geometry.axes, pairs)).T if pairs else x
+    diagonal = jnp.tril(x) + jnp.conj(jnp.tril(x, -1)).T
+    return jnp.where(i > j, x, jnp.where(i < j, mirrored, diagonal))
 
 
 def _pairings(ndev):
@@ -648,8 +671,15 @@ def _local_statics(
 ):
     """Validate a local block and the arguments; the static arguments of the local bodies."""
     backend = _checks.backend(backend, fn)
+    if sharded_by == "grid":
+        return _grid_local_statics(
+            a, T_A, cyclic_1d, axis_name, relayout, pad, routine, fn, backend
+        )
     if sharded_by not in ("cols", "rows"):
-        raise ValueError(f"{fn}: sharded_by must be 'cols' or 'rows', got {sharded_by!r}.")
+        raise ValueError(
+            f"{fn}: sharded_by must be 'cols', 'rows' or 'grid' (P(r, c), backend 'mp'), got "
+            f"{sharded_by!r}."
+        )
     _checks.matrix_dtype(a, fn, argname="a")
     T_A = _checks.tile_size(T_A, fn, cyclic_1d)
     dim = 1 if sharded_by == "cols" else 0
@@ -677,6 +707,41 @@ def _local_statics(
     return _statics(layout.T_A, n, cyclic_1d, relayout, geometry, fn)
 
 
+def _grid_local_statics(a, T_A, cyclic_1d, axis_name, relayout, pad, routine, fn, backend):
+    """:func:`_local_statics` for the block ``[N/rows, N/cols]`` of a matrix sharded
+    ``P(r, c)``, ``axis_name=(r, c)``."""
+    if not (
+        isinstance(axis_name, (tuple, list))
+        and len(axis_name) == 2
+        and all(isinstance(name, str) for name in axis_name)
+    ):
+        raise ValueError(
+            f"{fn}: sharded_by='grid' needs axis_name=(r, c), the mesh axes of the process rows "
+            f"and columns of the enclosing shard_map; got axis_name={axis_name!r}."
+        )
+    if cyclic_1d:
+        raise ValueError(f"{fn}: cyclic_1d=True is a 1D layout; sharded_by='grid' takes blocks.")
+    _checks.matrix_dtype(a, fn, argname="a")
+    T_A = _checks.tile_size(T_A, fn)
+    geometry = _geometry.grid_from_abstract_mesh(tuple(axis_name), backend, fn)
+    _native.load_mp(fn)
+    rows, cols = geometry.grid
+    n = int(a.shape[0]) * rows
+    if a.ndim != 2 or a.shape[1] * cols != n:
+        raise ValueError(
+            f"{fn}: local block of shape {tuple(a.shape)} is not one of a square matrix on the "
+            f"{rows} x {cols} grid {tuple(axis_name)}: expected [N/{rows}, N/{cols}]."
+        )
+    if routine == "potri" and rows != cols:
+        raise ValueError(
+            f"{fn}: on a {rows} x {cols} grid the blocks above the diagonal are not the "
+            "transposes of blocks below it, so potri_no_shardmap takes square grids only; call "
+            "jaxmg.potri on the global array instead."
+        )
+    tile = _checks.grid_plan(n, geometry.grid, T_A, pad, fn).tile
+    return _statics(tile, n, False, relayout, geometry, fn)
+
+
 def _potrs_blocks(a, b, statics):
     """potrs on local blocks: ``b`` (``[N]`` or ``[N, nrhs]``) checked, ``x`` in its shape."""
     n = statics["n"]
@@ -702,12 +767,14 @@ def potrs_no_shardmap(
     Args:
       a: this device's block of ``A``: ``[N, N/ndev]`` columns (``sharded_by="cols"``, the
         default) or ``[N/ndev, N]`` rows (``sharded_by="rows"``); in the block-cyclic layout
-        when ``cyclic_1d``.
+        when ``cyclic_1d``. Or, with ``sharded_by="grid"`` (backend ``"mp"``), its block
+        ``[N/rows, N/cols]`` of ``P(r, c)``, with ``axis_name=(r, c)``.
       b: ``[N]`` or ``[N, nrhs]``, the same on every device.
       T_A, pad, relayout, backend: as for :func:`potrs` (``backend="mp"``: the enclosing
         ``shard_map``'s axis must hold one device of every process of the job).
       axis_name: the mesh axis the blocks are split over; default: the one axis of the
-        enclosing ``shard_map`` whose size fits the block.
+        enclosing ``shard_map`` whose size fits the block. For ``sharded_by="grid"``, the
+        pair ``(r, c)`` of the process rows' and columns' axes (required).
 
     Returns:
       ``(x, status)``: ``x`` like ``b``, the same on every device; ``status`` int32 ``[1]``
@@ -736,14 +803,17 @@ def potri_no_shardmap(
 
     The returned block is this device's block of the full Hermitian inverse, in the same form
     (and layout) as ``a``; ``status`` int32 ``[1]``. Arguments as for
-    :func:`potrs_no_shardmap`.
+    :func:`potrs_no_shardmap`; ``sharded_by="grid"`` takes square grids only.
     """
     fn = "jaxmg.potri_no_shardmap"
     _checks.keyword_only(fn, positional, "cyclic_1d (the original README's jaxmg)")
     statics = _local_statics(
         a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, "potri", fn, backend
     )
-    return _potri_local(a, **statics)
+    inv, status = _potri_local(a, **statics)
+    if statics["geometry"].form == "grid":  # the lower triangle: fill the upper one
+        inv = _hermitian_blocks_from_lower(inv, statics["geometry"])
+    return inv, status
 
 
 def syevd_no_shardmap(

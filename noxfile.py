@@ -220,6 +220,13 @@ def bench(session):
         *("--json", str(results / "multi_node_cpu.jsonl")),
         *("--markdown", str(results / "multi_node_cpu.md")),
     )
+    # The 2D relayout across processes: JAX's against ScaLAPACK's pdgemr2d and a copy.
+    session.run(
+        "python",
+        "benchmarks/relayout_mp.py",
+        *("--n", "4096", "--grids", "2x2", "1x4", "--tiles", "64", "256"),
+        *("--json", str(results / "relayout_mp_cpu.jsonl")),
+    )
 
 
 @nox.session

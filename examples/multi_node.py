@@ -9,9 +9,9 @@ Each process initialises ``jax.distributed`` from MPI and owns one CPU device; t
 be on different nodes (``mpiexec -hosts a,b ...``). The processes form the squarest grid there
 is (2 x 2 for 4 processes, 1 x 2 for 2) and ``A`` is sharded over it, ``P(r, c)``: ScaLAPACK's
 2D block-cyclic layout. ``A`` is built where it lives: each process makes only its own block of
-a kernel matrix, so no process ever holds more than ``N^2 / P`` of it. Then ``potrs`` (with the log-determinant), ``lu_solve`` and ``syevd`` solve on all
-processes together, and each process prints True when the residuals, computed on the mesh,
-are small.
+a kernel matrix, so no process ever holds more than ``N^2 / P`` of it. Then ``potrs`` (with
+the log-determinant), ``lu_solve`` and ``syevd`` solve on all processes together, and each
+process prints True when the residuals, computed on the mesh, are small.
 """
 
 import argparse
@@ -82,7 +82,8 @@ def run(args) -> None:
         and abs(float(logdet) - float(logdet_from_w)) < 1e-8 * n
     )
     print(
-        f"process {me}/{processes} of a {rows} x {processes // rows} grid: N={n}, status={int(status)}, |Kx-b|={float(residual):.1e}, "
+        f"process {me}/{processes} of a {rows} x {processes // rows} grid: N={n}, "
+        f"status={int(status)}, |Kx-b|={float(residual):.1e}, "
         f"|K^T y-b|={float(lu_residual):.1e}, logdet={float(logdet):.6f} "
         f"(from eigenvalues {float(logdet_from_w):.6f}), {n * n // processes} entries of K here",
         flush=True,

@@ -17,9 +17,10 @@ where Gloo writes too). Scenarios:
 - ``grid:RxC``: ``A`` sharded ``P(r, c)`` over an ``R x C`` process grid (ScaLAPACK's 2D
   block-cyclic layout): potrs (+logdet), potri, syevd, cho_factor/cho_solve, lu_solve (N/T/C)
   and lu_factor, every dtype, eager and under ``jit``, a tile that needs the relayout, the
-  same answers as ``P(None, x)`` on the same processes; potri and potrs under ``jit`` on a mesh
-  with Auto axes; potrs, syevd and potri inside the user's ``shard_map`` (``sharded_by="grid"``;
-  potri refused on a grid that is not square); the gradient of potrs plus logdet.
+  same answers as ``P(None, x)`` with both backends on the same processes; potri and potrs
+  under ``jit`` on a mesh with Auto axes; potrs, syevd and potri inside the user's
+  ``shard_map`` (``sharded_by="grid"``; potri refused on a grid that is not square); the
+  gradients of potrs plus logdet and of the largest eigenvalue.
 - ``quick``: potrs and lu_solve in float64 (for two jobs at once).
 - ``order``: one jitted program with two independent calls, the first of which reaches the
   engine a second late on the last rank (``JAXMG_TEST_MP_LATE``): the processes must agree on
@@ -185,7 +186,9 @@ def grid(mesh, line):
         A1 = jax.device_put(hpd, NamedSharding(line, P(None, "x")))
         with jax.set_mesh(line):
             x1 = jaxmg.potrs(A1, b, backend="mp")
-        report("same_as_1d", close(jaxmg.potrs(A, b), x1, dtype), **case)
+            x_mg = jaxmg.potrs(A1, b, backend="mg")  # the one-node engine, a process per device
+        x = jaxmg.potrs(A, b)
+        report("same_as_1d_and_mg", close(x, x1, dtype) and close(x, x_mg, dtype), **case)
     hpd, _, b = matrices(n, np.float64)
     # A mesh with Auto axes, under jit: XLA places the results (potri's fill reshards a
     # transpose with a sharding constraint there).
@@ -239,6 +242,10 @@ def grid(mesh, line):
     grad = host(jax.grad(loss)(A))
     inv = np.linalg.inv(hpd)
     report("grad", close(grad, -inv @ b @ b.T @ inv + inv, np.float64))
+    # d/dA of the largest eigenvalue: v v^T, its eigenvector's outer product.
+    top = jax.grad(lambda a: jaxmg.syevd(a, T_A=5, return_eigenvectors=False)[-1])(A)
+    v = np.linalg.eigh(hpd)[1][:, -1]
+    report("grad_syevd", close(host(top), np.outer(v, v), np.float64))
 
 
 def quick(mesh):

@@ -69,9 +69,8 @@ def test_every_routine_on_a_process_grid(tmp_path, grid):
     code, output = finish(launch(rows * cols, f"grid:{grid}", tmp_path / "results"))
     assert code == 0, output[-4000:]
     found = checks(tmp_path / "results", rows * cols)
-    assert len(found) == rows * cols * (11 * 4 + 2), len(
-        found
-    )  # 11 checks x 4 dtypes, Auto axes, grad
+    # Per process: 11 checks x 4 dtypes; Auto axes; 2 inside shard_map; 2 gradients.
+    assert len(found) == rows * cols * (11 * 4 + 5), len(found)
     failed = [c for c in found if not c["ok"]]
     assert not failed, failed
 

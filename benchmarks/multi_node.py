@@ -4,12 +4,14 @@ In the same run, for each process count P (``mpiexec -n P``, one CPU device per 
 ``1 x P`` grid and on each square grid of ``--grids``:
 
 - ``jaxmg``: ``jax.jit(lambda a, b: jaxmg.potrs(a, b, backend="mp"))`` on ``A`` sharded
-  ``P(None, 'c')`` (``1 x P``) or ``P('r', 'c')`` (a grid), default tile (``N / P``, or
-  ``N / rows`` on a grid: no relayout; ``A`` is not donated, so XLA copies it into the call's
-  output first, as it would in a user's program);
+  ``P(None, 'c')`` (``1 x P``) or ``P('r', 'c')`` (a grid), square tiles of ``--tile``
+  (default ``N / cols``: the blocks, no relayout; a smaller one makes the engine relay the
+  blocks itself, with ``pdgemr2d``). ``A`` is not donated, so XLA copies it into the call's
+  output first, as it would in a user's program;
 - ``scalapack``: the same ScaLAPACK routines called directly (``pdpotrf`` + ``pdpotrs`` through
-  ctypes, as ``tests/mpi/worker.py`` does) on the same grid, tile and data, each run starting
-  from a fresh copy of the local block (what jaxmg's call also does);
+  ctypes, as ``tests/mpi/worker.py`` does) on the same grid, tile and data, each process's
+  local array of the tiled layout built where it lives, each run starting from a fresh copy of
+  it (what jaxmg's call also does);
 - ``jax``: JAX's own ``jnp.linalg.cholesky`` + ``cho_solve`` on the same sharded ``A`` (XLA
   gathers ``A`` onto every device to factor it): time and memory.
 
@@ -88,6 +90,7 @@ def worker(args) -> None:
 
     import jaxmg
     import jaxmg_cuda
+    from jaxmg_layout import BlockCyclic2D
 
     processes, rank, n = jax.process_count(), jax.process_index(), args.n
     grid_rows = args.grid_rows
@@ -109,7 +112,9 @@ def worker(args) -> None:
 
     if args.variant == "jaxmg":
         with jax.set_mesh(mesh):
-            solve = jax.jit(lambda a, r: jaxmg.potrs(a, r, backend="mp")).lower(A, b).compile()
+            tile = args.tile or n // grid_cols
+            solve = jax.jit(lambda a, r: jaxmg.potrs(a, r, T_A=tile, backend="mp"))
+            solve = solve.lower(A, b).compile()
             result["extra_bytes"] = first_run_bytes(lambda: solve(A, b).block_until_ready())
             x = solve(A, b)
             result["time"] = timed(lambda: solve(A, b).block_until_ready(), args.warmup, args.runs)
@@ -132,10 +137,13 @@ def worker(args) -> None:
         lib.blacs_get_(ref(-1), ref(0), ctypes.byref(context))
         lib.blacs_gridinit_(ctypes.byref(context), b"R", ref(grid_rows), ref(grid_cols))
         lib.blacs_gridinfo_(ctypes.byref(context), *map(ctypes.byref, (rows, cols, me_r, me_c)))
-        # This process's block of P(r, c), column-major: on a square grid (or 1 x P) it is its
-        # local array of the block-cyclic layout with tile N / cols.
-        local = np.asfortranarray(np.asarray(A.addressable_data(0)))
-        tile, lld = n // grid_cols, n // grid_rows
+        # This process's local array of the block-cyclic layout, column-major, built where it
+        # lives (with the block tile N / cols it is its block of P(r, c)).
+        tile = args.tile or n // grid_cols
+        layout = BlockCyclic2D.make(n, n, (grid_rows, grid_cols), tile)
+        mine = layout.row_map(me_r.value)
+        local = np.asfortranarray(block((mine, layout.col_map(me_c.value))))
+        lld = max(1, mine.size)
         desc_a, desc_b, info = (Int * 9)(), (Int * 9)(), Int()
         lib.descinit_(desc_a, ref(n), ref(n), ref(tile), ref(tile), ref(0), ref(0),
                       ctypes.byref(context), ref(lld), ctypes.byref(info))  # fmt: skip
@@ -146,7 +154,9 @@ def worker(args) -> None:
 
         def solve():
             work[...] = local
-            rhs[...] = b[me_r.value * lld : (me_r.value + 1) * lld] if me_c.value == 0 else 0
+            rhs[...] = 0
+            if me_c.value == 0:
+                rhs[: mine.size] = b[mine]
             lib.pdpotrf_(b"L", ref(n), work.ctypes.data_as(ctypes.c_void_p), ref(1), ref(1),
                          desc_a, ctypes.byref(info))  # fmt: skip
             lib.pdpotrs_(b"L", ref(n), ref(1), work.ctypes.data_as(ctypes.c_void_p), ref(1),
@@ -158,7 +168,9 @@ def worker(args) -> None:
         assert solve() == 0
         result["time"] = timed(solve, args.warmup, args.runs)
         parts = np.asarray(multihost_utils.process_allgather(rhs))  # [P, lld, 1], row-major
-        x = np.concatenate([parts[r * grid_cols] for r in range(grid_rows)])
+        x = np.zeros((n, 1))
+        for r in range(grid_rows):  # process (r, 0) holds the rows of its process row
+            x[layout.row_map(r)] = parts[r * grid_cols][: layout.row_map(r).size]
         residual = jnp.linalg.norm(A @ x - b) / np.linalg.norm(b)
     result["residual"] = float(residual)
     peaks = multihost_utils.process_allgather(np.int64(result["extra_bytes"]))
@@ -172,7 +184,7 @@ def run_job(args, grid, variant):
     mpiexec = os.path.join(sys.prefix, "bin", "mpiexec")
     processes = grid[0] * grid[1]
     command = [mpiexec, "-n", str(processes), sys.executable, HERE, "--worker", variant]
-    command += ["--grid-rows", str(grid[0])]
+    command += ["--grid-rows", str(grid[0]), "--tile", str(args.tile)]
     command += ["--n", str(args.n), "--runs", str(args.runs), "--warmup", str(args.warmup)]
     done = subprocess.run(
         command, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1")
@@ -190,6 +202,12 @@ def main():
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--grids", nargs="*", default=["2x2"], help="square grids, e.g. 2x2")
     parser.add_argument("--grid-rows", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--tile",
+        type=int,
+        default=0,
+        help="square tile of every variant (0: N / cols, no relayout)",
+    )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--worker", choices=("jaxmg", "scalapack", "jax"))
@@ -215,7 +233,9 @@ def main():
             results.append(r)
     block = 8 * args.n * args.n
     lines = [
-        f"N = {args.n}, float64, potrs with one right-hand side; {os.cpu_count()} cores; median "
+        f"N = {args.n}, float64, potrs with one right-hand side, tile "
+        + (str(args.tile) if args.tile else "N / cols (no relayout)")
+        + f"; {os.cpu_count()} cores; median "
         f"of {args.runs} runs after {args.warmup} warm-up (min..max). Memory: the largest "
         "process's first solve: its peak resident memory above what it held before (A's block "
         "included), in units of 8 N^2 / P (one block of A).",

@@ -10,7 +10,10 @@ same ``N x N`` float64 matrix sharded ``P(r, c)`` (or ``P(None, c)`` on a ``1 x 
   ``NB = N / cols``, each process's block as it is) to square ``T x T`` tiles and back, into
   a second local array and back (it works out of place);
 - ``copy``: ``jit(lambda a: a + 0)`` on the sharded matrix, one read and one write of each
-  block.
+  block;
+- and what each costs a solve: ``jaxmg.potrs(a, b, T_A=T)`` (jitted, one right-hand side, on a
+  symmetric positive definite matrix) with ``relayout="native"`` (the engine's ``pdgemr2d``
+  there and back) and ``relayout="jax"`` (JAX's relayout there; the factor stays tiled).
 
 Median of ``--runs`` after ``--warmup``; ratios are against the copy. Every round trip is
 checked to return the matrix unchanged.
@@ -56,6 +59,7 @@ def worker(args) -> None:
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
+    import jaxmg
     import jaxmg_cuda
     import jaxmg_layout as jl
 
@@ -64,7 +68,8 @@ def worker(args) -> None:
     mesh = jax.make_mesh((rows, cols), ("r", "c"))
     spec = P("r", "c") if rows > 1 else P(None, "c")
     rng = np.random.default_rng(0)
-    full = rng.standard_normal((n, n))
+    full = rng.standard_normal((n, n)) / np.sqrt(n)
+    full = full @ full.T + np.eye(n)  # positive definite, for the solves
     A = jax.make_array_from_callback((n, n), NamedSharding(mesh, spec), lambda i: full[i])
     result = {"N": n, "grid": f"{rows}x{cols}", "tile": tile}
 
@@ -77,6 +82,16 @@ def worker(args) -> None:
     same = np.array_equal(np.asarray(back.addressable_data(0)), np.asarray(A.addressable_data(0)))
     result["jax_s"] = timed(lambda: trip(A).block_until_ready(), args.warmup, args.runs)
     result["copy_s"] = timed(lambda: copy(A).block_until_ready(), args.warmup, args.runs)
+    b = np.ones((n, 1))
+    with jax.set_mesh(mesh):
+        for relayout in ("native", "jax"):
+            solve = jax.jit(lambda a, r, how=relayout: jaxmg.potrs(a, r, T_A=tile, relayout=how))
+            x = solve(A, b)
+            same = same and float(np.max(np.abs(full @ np.asarray(x) - b))) < 1e-8
+            seconds = timed(
+                lambda solve=solve: solve(A, b).block_until_ready(), args.warmup, args.runs
+            )
+            result[f"potrs_{relayout}_s"] = seconds
 
     jaxmg_cuda.mp.load()
     lib, Int = ctypes.CDLL(None), ctypes.c_int
@@ -116,10 +131,9 @@ def worker(args) -> None:
     same = same and cyclic_ok and np.array_equal(block, original)
     result["pdgemr2d_s"] = timed(gemr2d, args.warmup, args.runs)
     result["ok"] = bool(np.all(multihost_utils.process_allgather(np.int32(same))))
-    slowest = multihost_utils.process_allgather(
-        np.array([result["jax_s"], result["pdgemr2d_s"], result["copy_s"]])
-    )
-    result["jax_s"], result["pdgemr2d_s"], result["copy_s"] = (float(v) for v in slowest.max(0))
+    names = ["jax_s", "pdgemr2d_s", "copy_s", "potrs_native_s", "potrs_jax_s"]
+    slowest = multihost_utils.process_allgather(np.array([result[k] for k in names])).max(0)
+    result.update({k: float(v) for k, v in zip(names, slowest, strict=True)})
     if jax.process_index() == 0:
         print("RESULT " + json.dumps(result), flush=True)
     jax.distributed.shutdown()
@@ -160,13 +174,14 @@ def main():
     print(f"N = {args.n}, float64, round trip block -> T x T tiles -> block; "
           f"slowest process, median of {args.runs}; {os.cpu_count()} cores")  # fmt: skip
     print("| grid | tile | JAX relayout (s) | pdgemr2d (s) | copy (s) | JAX / copy | "
-          "pdgemr2d / copy | round trip exact |")  # fmt: skip
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+          "pdgemr2d / copy | potrs, native (s) | potrs, jax (s) | exact |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in results:
         print(
             f"| {r['grid']} | {r['tile']} | {r['jax_s']:.3f} | {r['pdgemr2d_s']:.3f} | "
             f"{r['copy_s']:.4f} | {r['jax_s'] / r['copy_s']:.1f} | "
-            f"{r['pdgemr2d_s'] / r['copy_s']:.1f} | {r['ok']} |"
+            f"{r['pdgemr2d_s'] / r['copy_s']:.1f} | {r['potrs_native_s']:.3f} | "
+            f"{r['potrs_jax_s']:.3f} | {r['ok']} |"
         )
     if args.json:
         with open(args.json, "w") as f:

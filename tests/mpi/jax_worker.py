@@ -16,11 +16,12 @@ where Gloo writes too). Scenarios:
   against the closed form.
 - ``grid:RxC``: ``A`` sharded ``P(r, c)`` over an ``R x C`` process grid (ScaLAPACK's 2D
   block-cyclic layout): potrs (+logdet), potri, syevd, cho_factor/cho_solve, lu_solve (N/T/C)
-  and lu_factor, every dtype, eager and under ``jit``, a tile that needs the relayout, the
-  same answers as ``P(None, x)`` with both backends on the same processes; potri and potrs
-  under ``jit`` on a mesh with Auto axes; potrs, syevd and potri inside the user's
-  ``shard_map`` (``sharded_by="grid"``; potri refused on a grid that is not square); the
-  gradients of potrs plus logdet and of the largest eigenvalue.
+  and lu_factor, every dtype, eager and under ``jit``, a tile that needs the relayout (by the
+  engine, and by JAX for potrs, potri, syevd), the same answers as ``P(None, x)`` with both
+  backends on the same processes; potri and potrs under ``jit`` on a mesh with Auto axes;
+  potrs, syevd and potri inside the user's ``shard_map`` (``sharded_by="grid"``; potri refused
+  on a grid that is not square); the gradients of potrs plus logdet and of the largest
+  eigenvalue.
 - ``quick``: potrs and lu_solve in float64 (for two jobs at once).
 - ``order``: one jitted program with two independent calls, the first of which reaches the
   engine a second late on the last rank (``JAXMG_TEST_MP_LATE``): the processes must agree on
@@ -101,8 +102,10 @@ def solve(mesh):
             report("potrs", ok and close(logdet, np.linalg.slogdet(hpd)[1], dtype), **case)
             jitted = jax.jit(lambda a, r: jaxmg.potrs(a, r, backend="mp"))
             report("potrs_jit", close(jitted(A, b), np.linalg.solve(hpd, b), dtype), **case)
-            x = jaxmg.potrs(A, b, T_A=2, backend="mp")  # a relayout to 2-column tiles
+            x = jaxmg.potrs(A, b, T_A=2, backend="mp")  # the engine relays to 2-column tiles
             report("potrs_tile2", close(x, np.linalg.solve(hpd, b), dtype), **case)
+            x = jaxmg.potrs(A, b, T_A=2, backend="mp", relayout="jax")  # JAX relays them
+            report("potrs_tile2_jax", close(x, np.linalg.solve(hpd, b), dtype), **case)
             inv = host(jaxmg.potri(A, backend="mp"))
             report("potri", close(inv, np.linalg.inv(hpd), dtype), **case)
             w, v = jaxmg.syevd(A, backend="mp")
@@ -164,8 +167,16 @@ def grid(mesh, line):
         report("potrs", ok and close(logdet, np.linalg.slogdet(hpd)[1], dtype), **case)
         jitted = jax.jit(lambda a, r: jaxmg.potrs(a, r, backend="mp"))
         report("potrs_jit", close(jitted(A, b), np.linalg.solve(hpd, b), dtype), **case)
-        x = jaxmg.potrs(A, b, T_A=5)  # 5 x 5 tiles: a relayout with padding
+        x = jaxmg.potrs(A, b, T_A=5)  # 5 x 5 tiles: the engine's relayout (pdgemr2d)
         report("potrs_tile5", close(x, np.linalg.solve(hpd, b), dtype), **case)
+        # JAX's relayout, with padding, for the routines whose results come back relaid.
+        x = jaxmg.potrs(A, b, T_A=5, relayout="jax")
+        inv = host(jaxmg.potri(A, T_A=5, relayout="jax"))
+        w, v = jaxmg.syevd(A, T_A=5, relayout="jax")
+        ok = close(x, np.linalg.solve(hpd, b), dtype) and close(inv, np.linalg.inv(hpd), dtype)
+        v = host(v)
+        ok = ok and close(w, np.linalg.eigvalsh(hpd), dtype) and close(hpd @ v, v * w, dtype)
+        report("jax_relayout", ok, **case)
         inv = jaxmg.potri(A, T_A=5)
         ok = inv.sharding.spec == spec and close(host(inv), np.linalg.inv(hpd), dtype)
         report("potri", ok, **case)

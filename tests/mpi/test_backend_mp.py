@@ -55,9 +55,9 @@ def test_every_routine_against_numpy_and_mg(tmp_path, processes):
     code, output = finish(launch(processes, "solve", tmp_path / "results"))
     assert code == 0, output[-4000:]
     found = checks(tmp_path / "results", processes)
-    # Per process: 11 checks x 4 dtypes x 2 forms, one not positive definite, one inside the
+    # Per process: 12 checks x 4 dtypes x 2 forms, one not positive definite, one inside the
     # user's shard_map, one gradient.
-    assert len(found) == processes * (11 * 4 * 2 + 3), len(found)
+    assert len(found) == processes * (12 * 4 * 2 + 3), len(found)
     failed = [c for c in found if not c["ok"]]
     assert not failed, failed
 
@@ -69,8 +69,8 @@ def test_every_routine_on_a_process_grid(tmp_path, grid):
     code, output = finish(launch(rows * cols, f"grid:{grid}", tmp_path / "results"))
     assert code == 0, output[-4000:]
     found = checks(tmp_path / "results", rows * cols)
-    # Per process: 11 checks x 4 dtypes; Auto axes; 2 inside shard_map; 2 gradients.
-    assert len(found) == rows * cols * (11 * 4 + 5), len(found)
+    # Per process: 12 checks x 4 dtypes; Auto axes; 2 inside shard_map; 2 gradients.
+    assert len(found) == rows * cols * (12 * 4 + 5), len(found)
     failed = [c for c in found if not c["ok"]]
     assert not failed, failed
 

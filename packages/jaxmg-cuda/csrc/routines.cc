@@ -231,10 +231,11 @@ struct Entry<Build> {
 #endif
   // Backend "mp": the grid instead of the devices, the processes and the moves; `position` is
   // the flat grid position.
-  static ffi::Error Mp(Args... args, int64_t tile, int64_t n, Span grid, int64_t call_id) {
+  static ffi::Error Mp(Args... args, int64_t tile, int64_t n, Span grid, int64_t blocks,
+                       int64_t call_id) {
     const Attrs at{tile, Span(), call_id, 0, Span(), Span(), Span()};
     if (grid.size() != 2) return Fail("grid must be (rows, cols)");
-    return RunOnScalapack(Build(at, args...), MpGrid{n, grid[0], grid[1]});
+    return RunOnScalapack(Build(at, args...), MpGrid{n, grid[0], grid[1], blocks != 0});
   }
 };
 
@@ -243,7 +244,8 @@ auto WithMpAttrs(B b) {
   return std::move(b)
       .template Attr<int64_t>("T_A")
       .template Attr<int64_t>("n")
-      .template Attr<Span>("grid")  // (rows, cols) of the process grid
+      .template Attr<Span>("grid")       // (rows, cols) of the process grid
+      .template Attr<int64_t>("blocks")  // 1: `a` is a block of P(r, c) (MpGrid::blocks)
       .template Attr<int64_t>("call_id");
 }
 
@@ -283,7 +285,7 @@ auto CudaContext() {
 #else
 #define JAXMG_CUDA_TARGET(Name)
 #endif
-#define JAXMG_MP_TARGET(Name)                                                   \
+#define JAXMG_MP_TARGET(Name)                                                      \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgMp##Name##Cpu, jaxmg::Entry<jaxmg::Name>::Mp, \
                                 jaxmg::WithMpAttrs(jaxmg::Name##Binding(jaxmg::MpContext())))
 #define JAXMG_TARGET(Name) \

@@ -304,6 +304,8 @@ struct Local {
   Int row, col;                  // this process's grid position
   Int local_rows, local_cols;    // what it holds of A
   Int desc[9];                   // A's descriptor
+  bool blocks;                   // `a` is a block of P(r, c) (MpGrid::blocks)
+  Int blocks_desc[9];            // the descriptor of that block layout
 };
 
 template <typename T>
@@ -313,14 +315,33 @@ class Call {
 
   Outcome Run(Int* info) {
     *info = 0;
+    a_ = static_cast<T*>(o_.a_out);
+    a_count_ = static_cast<size_t>(o_.a->element_count());
+    if (l_.blocks) {  // the routine runs on a local array of the tiled layout of its own
+      a_count_ = static_cast<size_t>(l_.lld) * std::max<Int>(1, l_.local_cols);
+      tiled_.assign(a_count_, T(0));
+      Redistribute(static_cast<T*>(o_.a_out), l_.blocks_desc, tiled_.data(), l_.desc);
+      a_ = tiled_.data();
+    }
     if (o_.routine->rhs) ScatterRhs();
     for (Step step : o_.routine->steps) {
       if (*info != 0) break;
       Outcome r = RunStep(step, info);
       if (!r.ok) return r;
     }
+    if (l_.blocks && o_.routine->result != Result::kUnchanged && *info == 0)
+      Redistribute(tiled_.data(), l_.desc, static_cast<T*>(o_.a_out), l_.blocks_desc);
     if (o_.routine->rhs && *info == 0) return GatherRhs();
     return {};
+  }
+
+  // p?gemr2d: the whole N x N matrix from one layout to another on the same grid.
+  void Redistribute(const T* from, const Int* from_desc, T* to, const Int* to_desc) {
+    using Fn = void (*)(const Int*, const Int*, const void*, const Int*, const Int*, const Int*,
+                        void*, const Int*, const Int*, const Int*, const Int*);
+    Int one = 1;
+    Typed<Fn>(Name<T>("gemr2d"))(&l_.n, &l_.n, from, &one, &one, from_desc, to, &one, &one, to_desc,
+                                 &context_);
   }
 
   // The right-hand sides as a distributed N x nrhs matrix: tiles of A's rows, every column in
@@ -359,7 +380,7 @@ class Call {
   Int GlobalRow(Int i) const { return ((i / l_.tile) * l_.rows + l_.row) * l_.tile + i % l_.tile; }
 
   Outcome RunStep(Step step, Int* info) {
-    T* a = static_cast<T*>(o_.a_out);
+    T* a = a_;
     Int one = 1;
     const char* lower = "L";
     switch (step) {
@@ -403,7 +424,7 @@ class Call {
   // into a separate local array of A's shape, then over A.
   Outcome Syevd(T* a, Int* info) {
     using Real = typename Scalar<T>::Real;
-    const size_t local = static_cast<size_t>(o_.a->element_count());
+    const size_t local = a_count_;
     std::vector<T> z(local);
     std::vector<Real> w(static_cast<size_t>(l_.n));
     Int one = 1, minus_one = -1;
@@ -444,6 +465,9 @@ class Call {
   const Operands& o_;
   Local& l_;
   Int context_;
+  T* a_ = nullptr;        // the local array the routine works on: `a`, or `tiled_`
+  size_t a_count_ = 0;    // its elements
+  std::vector<T> tiled_;  // with `blocks`: the local array in `tile`-square tiles
   std::vector<T> b_;
   Int nrhs_ = 0, ldb_ = 1;
   Int desc_b_[9] = {};
@@ -496,7 +520,7 @@ std::string ScalapackMissing() {
   for (const char* name : kBlacs)
     if (Symbol(name) == nullptr) missing += std::string(missing.empty() ? "" : ", ") + name;
   for (const char* p : {"s", "d", "c", "z"})
-    for (const char* r : {"potrf", "potrs", "potri", "getrf", "getrs"})
+    for (const char* r : {"potrf", "potrs", "potri", "getrf", "getrs", "gemr2d"})
       if (Symbol(std::string("p") + p + r + "_") == nullptr)
         missing += std::string(missing.empty() ? "" : ", ") + "p" + p + r + "_";
   for (const char* name : {"pssyevd_", "pdsyevd_", "pcheevd_", "pzheevd_"})
@@ -521,6 +545,7 @@ ffi::Error RunOnScalapack(const Operands& o, const MpGrid& g) {
     l.n = static_cast<Int>(g.n);
     l.tile = static_cast<Int>(o.tile);
     l.lld = static_cast<Int>(o.a->dimensions()[1]);
+    l.blocks = g.blocks;
     Int rows = 0, cols = 0;
     Typed<BlacsGridinfo>("blacs_gridinfo_")(&context, &rows, &cols, &l.row, &l.col);
     if (l.row < 0 || l.col < 0) return Outcome::Fail("this process is not on the grid");
@@ -530,16 +555,32 @@ ffi::Error RunOnScalapack(const Operands& o, const MpGrid& g) {
     l.local_cols = Numroc(l.n, l.tile, l.col, cols);
     const std::string at = std::string(o.target) + " at grid position (" + std::to_string(l.row) +
                            ", " + std::to_string(l.col) + "): ";
-    if (l.lld < std::max<Int>(1, l.local_rows) || o.a->dimensions()[0] < l.local_cols)
+    Int zero = 0, desc_info = 0;
+    if (l.blocks) {  // `a` is the block [N/cols, N/rows]; the routine's array is of its own
+      const Int block_rows = l.n / rows, block_cols = l.n / cols;
+      if (l.n % rows != 0 || l.n % cols != 0 || l.lld != block_rows ||
+          o.a->dimensions()[0] != block_cols)
+        return Outcome::Fail(at + "with blocks, the local array must be the block [" +
+                             std::to_string(l.n / cols) + ", " + std::to_string(l.n / rows) +
+                             "] of N=" + std::to_string(l.n) + " on the grid, got [" +
+                             std::to_string(o.a->dimensions()[0]) + ", " + std::to_string(l.lld) +
+                             "]");
+      Typed<Descinit>("descinit_")(l.blocks_desc, &l.n, &l.n, &block_rows, &block_cols, &zero,
+                                   &zero, &context, &l.lld, &desc_info);
+      if (desc_info != 0)
+        return Outcome::Fail(at + "descinit rejected the block layout (info " +
+                             std::to_string(desc_info) + ")");
+      l.lld = std::max<Int>(1, l.local_rows);
+    } else if (l.lld < std::max<Int>(1, l.local_rows) || o.a->dimensions()[0] < l.local_cols) {
       return Outcome::Fail(at + "the local array [" + std::to_string(o.a->dimensions()[0]) + ", " +
                            std::to_string(l.lld) + "] cannot hold the " +
                            std::to_string(l.local_rows) + " x " + std::to_string(l.local_cols) +
                            " local block");
+    }
     if (o.routine->pivots != Pivots::kNone &&
         o.ipiv_count < static_cast<size_t>(l.local_rows + l.tile))
       return Outcome::Fail(at + "the pivots need " + std::to_string(l.local_rows + l.tile) +
                            " entries, got " + std::to_string(o.ipiv_count));
-    Int zero = 0, desc_info = 0;
     Typed<Descinit>("descinit_")(l.desc, &l.n, &l.n, &l.tile, &l.tile, &zero, &zero, &context,
                                  &l.lld, &desc_info);
     if (desc_info != 0)

@@ -23,13 +23,19 @@ struct MpGrid {
   int64_t n = 0;
   int64_t rows = 0;
   int64_t cols = 0;
+  // `a` holds this process's block of JAX's block sharding P(r, c) (N/rows x N/cols, a 2D
+  // block-cyclic layout whose tiles are the blocks) instead of its local array in `tile`-square
+  // tiles: the engine redistributes it with p?gemr2d into a local array of its own before the
+  // routine, and its result back into `a` after it.
+  bool blocks = false;
 };
 
 // One process's part of a call. The operands are those of the routine's cuSolverMg target
 // (routines.cc) with these layouts:
 //   a     [C, LLD] row-major: the column-major local array of the 2D block-cyclic layout,
 //         leading dimension LLD >= the local row count, C >= the local column count
-//         (processes pass equal shapes: the largest, padded);
+//         (processes pass equal shapes: the largest, padded); with `blocks`, exactly
+//         [N/cols, N/rows]: the block, whatever the tile;
 //   b / x [nrhs, N], the same on every process (x comes back on every process);
 //   ipiv  int32 [>= local rows + tile]: ScaLAPACK's distributed pivots (getrf, getrs);
 //   w     [N] real (syevd), on every process.

@@ -113,7 +113,7 @@ def load() -> None:
         raise RuntimeError(f"MKL's ScaLAPACK was opened but lacks: {missing}")
 
 
-def _attrs(T_A, n, grid, moves, a_width):
+def _attrs(T_A, n, grid, moves, a_width, blocks):
     if moves is not None and any(np.asarray(m).size for m in moves):
         raise ValueError("backend 'mp' takes no in-place moves: relayout in JAX before the call")
     rows, cols = (int(v) for v in grid)
@@ -121,6 +121,7 @@ def _attrs(T_A, n, grid, moves, a_width):
         T_A=np.int64(T_A),
         n=np.int64(a_width if n is None else n),
         grid=np.asarray((rows, cols), np.int64),
+        blocks=np.int64(bool(blocks)),
         call_id=np.int64(next(_call_ids)),
     )
 
@@ -137,11 +138,14 @@ def _position(position):
     return jnp.asarray(position, jnp.int32)
 
 
-# ``n``: the global order (default ``a.shape[1]``, right on a ``1 x P`` grid). Every wrapper
-# returns what its ``mg`` namesake returns; status ``k > 0`` as LAPACK's info, NaN outputs then.
+# ``n``: the global order (default ``a.shape[1]``, right on a ``1 x P`` grid). ``blocks``: ``a``
+# (or the factor) is this process's block of JAX's block sharding, ``[N/cols, N/rows]``, which the
+# engine redistributes to ``T_A``-square tiles with ScaLAPACK's p?gemr2d and back (results come
+# back in the block too); else it is the local array of the tiled layout. Every wrapper returns
+# what its ``mg`` namesake returns; status ``k > 0`` as LAPACK's info, NaN outputs then.
 
 
-def potrs(a, b, position, *, T_A, grid, n=None, device_ids=None, moves=None):
+def potrs(a, b, position, *, T_A, grid, n=None, device_ids=None, moves=None, blocks=False):
     """Cholesky factor and solve: ``(factor, x, status)``."""
     call = jax.ffi.ffi_call(
         "jaxmg_mp_potrs",
@@ -149,19 +153,21 @@ def potrs(a, b, position, *, T_A, grid, n=None, device_ids=None, moves=None):
         input_output_aliases={0: 0, 1: 1},
         vmap_method="sequential",
     )
-    return call(a, b, _position(position), **_attrs(T_A, n, grid, moves, a.shape[1]))
+    return call(a, b, _position(position), **_attrs(T_A, n, grid, moves, a.shape[1], blocks))
 
 
-def potri(a, position, *, T_A, grid, n=None, device_ids=None, moves=None):
+def potri(a, position, *, T_A, grid, n=None, device_ids=None, moves=None, blocks=False):
     """Inverse (lower triangle) from ``A``: ``(inverse, status)``."""
     call = jax.ffi.ffi_call(
         "jaxmg_mp_potri", (_like(a), _status()), input_output_aliases={0: 0},
         vmap_method="sequential",
     )  # fmt: skip
-    return call(a, _position(position), **_attrs(T_A, n, grid, moves, a.shape[1]))
+    return call(a, _position(position), **_attrs(T_A, n, grid, moves, a.shape[1], blocks))
 
 
-def syevd(a, position, *, T_A, grid, vectors=True, n=None, device_ids=None, moves=None):
+def syevd(
+    a, position, *, T_A, grid, vectors=True, n=None, device_ids=None, moves=None, blocks=False
+):
     """Eigenvalues and vectors: ``(v, w, status)`` (ScaLAPACK always computes the vectors)."""
     width = a.shape[1] if n is None else n
     call = jax.ffi.ffi_call(
@@ -172,51 +178,55 @@ def syevd(a, position, *, T_A, grid, vectors=True, n=None, device_ids=None, move
     )
     return call(
         a, _position(position), vectors=bool(vectors),
-        **_attrs(T_A, n, grid, moves, a.shape[1]),
+        **_attrs(T_A, n, grid, moves, a.shape[1], blocks),
     )  # fmt: skip
 
 
-def potrf(a, position, *, T_A, grid, n=None, device_ids=None, moves=None):
+def potrf(a, position, *, T_A, grid, n=None, device_ids=None, moves=None, blocks=False):
     """Cholesky factor (lower): ``(factor, status)``."""
     call = jax.ffi.ffi_call(
         "jaxmg_mp_potrf", (_like(a), _status()), input_output_aliases={0: 0},
         vmap_method="sequential",
     )  # fmt: skip
-    return call(a, _position(position), **_attrs(T_A, n, grid, moves, a.shape[1]))
+    return call(a, _position(position), **_attrs(T_A, n, grid, moves, a.shape[1], blocks))
 
 
-def potrs_factored(factor, b, position, *, T_A, grid, n=None, device_ids=None):
+def potrs_factored(factor, b, position, *, T_A, grid, n=None, device_ids=None, blocks=False):
     """Solve with a factor of :func:`potrf`: ``(x, status)``."""
     call = jax.ffi.ffi_call(
         "jaxmg_mp_potrs_factored", (_like(b), _status()), input_output_aliases={1: 0},
         vmap_method="sequential",
     )  # fmt: skip
-    attrs = _attrs(T_A, n, grid, None, factor.shape[1])
+    attrs = _attrs(T_A, n, grid, None, factor.shape[1], blocks)
     return call(factor, b, _position(position), **attrs)
 
 
-def potri_factored(factor, position, *, T_A, grid, n=None, device_ids=None, moves=None):
+def potri_factored(
+    factor, position, *, T_A, grid, n=None, device_ids=None, moves=None, blocks=False
+):
     """Inverse (lower triangle) from a factor of :func:`potrf`: ``(inverse, status)``."""
     call = jax.ffi.ffi_call(
         "jaxmg_mp_potri_factored", (_like(factor), _status()), input_output_aliases={0: 0},
         vmap_method="sequential",
     )  # fmt: skip
-    attrs = _attrs(T_A, n, grid, moves, factor.shape[1])
+    attrs = _attrs(T_A, n, grid, moves, factor.shape[1], blocks)
     return call(factor, _position(position), **attrs)
 
 
-def getrf(a, position, *, T_A, grid, n=None, device_ids=None, moves=None):
-    """LU with partial pivoting: ``(lu, pivots, status)``, pivots ``[LLD + T_A]``."""
+def getrf(a, position, *, T_A, grid, n=None, device_ids=None, moves=None, blocks=False):
+    """LU with partial pivoting: ``(lu, pivots, status)``, pivots ``[LLD + T_A]`` (``LLD``: the
+    tiled layout's, with ``blocks`` the block's rows rounded up to whole tiles)."""
+    lld = -(-a.shape[1] // T_A) * T_A if blocks else a.shape[1]
     call = jax.ffi.ffi_call(
         "jaxmg_mp_getrf",
-        (_like(a), jax.ShapeDtypeStruct((a.shape[1] + T_A,), jnp.int32), _status()),
+        (_like(a), jax.ShapeDtypeStruct((lld + T_A,), jnp.int32), _status()),
         input_output_aliases={0: 0},
         vmap_method="sequential",
     )
-    return call(a, _position(position), **_attrs(T_A, n, grid, moves, a.shape[1]))
+    return call(a, _position(position), **_attrs(T_A, n, grid, moves, a.shape[1], blocks))
 
 
-def getrs(lu, pivots, b, position, *, T_A, grid, trans="N", n=None, device_ids=None):
+def getrs(lu, pivots, b, position, *, T_A, grid, trans="N", n=None, device_ids=None, blocks=False):
     """Solve ``op(A) x = b`` with a factor of :func:`getrf`: ``(x, status)``."""
     if trans not in ("N", "T", "C"):
         raise ValueError(f"trans must be 'N', 'T' or 'C', got {trans!r}")
@@ -226,5 +236,5 @@ def getrs(lu, pivots, b, position, *, T_A, grid, trans="N", n=None, device_ids=N
     )  # fmt: skip
     return call(
         lu, jnp.asarray(pivots, jnp.int32), b, _position(position), trans=np.int64(ord(trans)),
-        **_attrs(T_A, n, grid, None, lu.shape[1]),
+        **_attrs(T_A, n, grid, None, lu.shape[1], blocks),
     )  # fmt: skip

@@ -23,6 +23,11 @@ SYEVD_MAX_TILE = 1024
 GPU_TILE_CAP = {"potrs": 4096, "potri": 4096, "getrf": 4096, "syevd": SYEVD_MAX_TILE}
 GPU_TILE_MIN = 256
 
+#: The automatic tile of backend "mp" on CPUs (ScaLAPACK): on 4 processes and N = 4096, potrs
+#: took 0.90-0.95 s with 64-square tiles against 1.26-1.57 s with one tile per block
+#: (benchmarks/multi_node.py, benchmarks/relayout_mp.py). See :func:`mp_tile`.
+MP_CPU_TILE = 64
+
 
 RELAYOUTS = ("native", "jax")
 
@@ -129,9 +134,24 @@ def auto_tile(n: int, ndev: int, routine: str, platform: str) -> int:
     return next((t for t in range(cap, GPU_TILE_MIN - 1, -1) if s % t == 0), cap)
 
 
-def resolve_tile(T_A, n: int, ndev: int, routine: str, platform: str, fn: str) -> int:
-    """The tile size a call runs with: ``T_A``, or :func:`auto_tile` for ``None``; on GPUs a
-    syevd tile over cuSolverMg's limit is lowered to it with a warning, as jaxmg 0.0.x did."""
+def mp_tile(block: tuple[int, ...], pad) -> int:
+    """The tile ``T_A=None`` stands for on backend ``"mp"`` (CPUs: ScaLAPACK), for blocks of
+    ``block`` rows and columns: ``MP_CPU_TILE``, never wider than a block; with ``pad=False``
+    the widest tile up to that which divides every block extent (no padding)."""
+    tile = min(MP_CPU_TILE, *block)
+    if pad is False:
+        tile = max(t for t in range(1, tile + 1) if all(b % t == 0 for b in block))
+    return tile
+
+
+def resolve_tile(
+    T_A, n: int, ndev: int, routine: str, platform: str, fn: str, backend: str = "mg", pad=True
+) -> int:
+    """The tile size a call runs with: ``T_A``, or for ``None`` :func:`auto_tile` (backend
+    ``"mg"``) or :func:`mp_tile` (``"mp"``); on GPUs a syevd tile over cuSolverMg's limit is
+    lowered to it with a warning, as jaxmg 0.0.x did."""
+    if T_A is None and backend == "mp":
+        return mp_tile((n // ndev,), pad)
     if T_A is None:
         return auto_tile(n, ndev, routine, platform)
     if routine == "syevd" and platform == "gpu" and min(T_A, n // ndev) > SYEVD_MAX_TILE:
@@ -212,7 +232,7 @@ def plan(n: int, ndev: int, T_A: int, fn: str) -> jaxmg_layout.CyclicPlan:
 
 def grid_plan(n: int, grid: tuple[int, int], T_A, pad, fn: str) -> jaxmg_layout.BlockCyclic2D:
     """The 2D block-cyclic layout of an ``N x N`` matrix sharded ``P(r, c)``: ``T_A=None``
-    takes the widest square tile, ``min(N / rows, N / cols)`` (no relayout on a square grid).
+    takes :func:`mp_tile`.
     Raises for an ``N`` the grid does not divide, and for ``pad=False`` with a tile that would
     widen A's blocks."""
     rows, cols = grid
@@ -223,9 +243,9 @@ def grid_plan(n: int, grid: tuple[int, int], T_A, pad, fn: str) -> jaxmg_layout.
         )
     if not isinstance(pad, (bool, np.bool_)):
         raise TypeError(f"{fn}: pad must be True or False, got {pad!r}.")
-    layout = jaxmg_layout.BlockCyclic2D.for_blocks(
-        n, grid, min(n // rows, n // cols) if T_A is None else T_A
-    )
+    if T_A is None:
+        T_A = mp_tile((n // rows, n // cols), pad)
+    layout = jaxmg_layout.BlockCyclic2D.for_blocks(n, grid, T_A)
     if not pad and layout.padded_local_shape != layout.shard_shape:
         raise ValueError(
             f"{fn}: pad=False, but T_A={T_A} does not divide A's {layout.shard_shape[0]} x "

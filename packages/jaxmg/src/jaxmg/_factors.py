@@ -158,7 +158,9 @@ def _diagonal_local(call: _Call, f):
     """This device's entries of the factor's diagonal (``[W]``, zero where padding)."""
     if call.geometry.form == "grid":
         return _grid_diagonal_local(call, f)
-    plan = jaxmg_layout.CyclicPlan.make(call.n, call.geometry.ndev, call.T_A)
+    # A factor the engine left in the blocks of A (backend "mp") is laid out in tiles of a block.
+    tile = call.n // call.geometry.ndev if call.route().blocks else call.T_A
+    plan = jaxmg_layout.CyclicPlan.make(call.n, call.geometry.ndev, tile)
     columns = plan.column_map()  # [ndev, L]: the global column of each local column, -1: pad
     width = f.shape[0]
     table = np.full((call.geometry.ndev, width), -1, np.int64)
@@ -173,7 +175,11 @@ def _grid_diagonal_local(call: _Call, f):
     array, diagonal element ``g`` lives on process ``(B % rows, B % cols)`` of block ``B``."""
     plan = jaxmg_layout.BlockCyclic2D.for_blocks(call.n, call.geometry.grid, call.T_A)
     g = np.arange(call.n)
-    i, j, local_row, local_col = plan.global_to_local(g, g)
+    if call.route().blocks:  # the engine left the factor in the blocks of A
+        sr, sc = plan.shard_shape
+        i, j, local_row, local_col = g // sr, g // sc, g % sr, g % sc
+    else:
+        i, j, local_row, local_col = plan.global_to_local(g, g)
     owner = i * plan.cols + j
     count = int(np.bincount(owner, minlength=plan.processes).max())
     rows = np.full((plan.processes, count), -1, np.int64)

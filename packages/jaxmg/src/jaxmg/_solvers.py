@@ -43,18 +43,23 @@ class _Route:
     ``relayout="native"``: the block goes to the target as it is (column blocks transposed,
     placed in a buffer of the width :func:`jaxmg_layout.in_place_moves` asks for), and the
     target's leader moves the columns to the block-cyclic layout in place and back: no second
-    copy of ``A``. ``relayout="jax"``: the relayout runs here, as JAX collectives
+    copy of ``A``. On backend ``"mp"`` the block goes to the engine as it is, which
+    redistributes it to its tiles and back (ScaLAPACK's p?gemr2d; ``blocks``). ``relayout=
+    "jax"``: the relayout runs here, as JAX collectives
     (:func:`jaxmg_layout.cyclic_1d_no_shardmap`). ``cyclic``: the block is already cyclic.
     """
-
-    native_size = {}  # the native target reads N from the local array's shape
 
     def __init__(self, T_A, n, geometry, cyclic, relayout):
         self.T_A, self.n, self.geometry, self.cyclic = T_A, n, geometry, cyclic
         self.plan = jaxmg_layout.CyclicPlan.make(n, geometry.ndev, T_A)
-        in_place = relayout == "native" and not cyclic and self.plan.needs_relayout
-        in_place = in_place and geometry.backend == "mg"  # "mp": the engine takes no moves
+        native = relayout == "native" and not cyclic and self.plan.needs_relayout
+        # "mg": the leader moves tiles in place; "mp": the engine redistributes the blocks
+        # (ScaLAPACK's p?gemr2d).
+        in_place = native and geometry.backend == "mg"
         self.moves = jaxmg_layout.in_place_moves(self.plan) if in_place else None
+        self.blocks = native and geometry.backend == "mp"
+        # The native target reads N from the local array's shape.
+        self.native_size = {"blocks": True} if self.blocks else {}
 
     @property
     def native_moves(self):
@@ -75,7 +80,7 @@ class _Route:
         stride, which costs more than the slices themselves.
         """
         if self.moves is None:
-            if not self.cyclic:
+            if not (self.cyclic or self.blocks):
                 a = jaxmg_layout.cyclic_1d_no_shardmap(
                     a, self.T_A, self.geometry.axis, axis=self.geometry.sharded_dim
                 )
@@ -94,7 +99,9 @@ class _Route:
         ``[s, N]`` row form, before a column block's transpose.
         """
         s = self.plan.shard_size
-        if self.moves is None:
+        if self.blocks:
+            pass  # the engine wrote the result into the block
+        elif self.moves is None:
             z = jaxmg_layout.undo_cyclic_1d_no_shardmap(
                 z, self.T_A, self.n, self.geometry.axis, axis=0
             )
@@ -106,29 +113,43 @@ class _Route:
 
 
 class _GridRoute:
-    """:class:`_Route` for ``A`` sharded over a process grid ``P(r, c)`` (backend ``"mp"``):
-    the 2D relayout (:func:`jaxmg_layout.cyclic_2d_no_shardmap`) as JAX collectives, then a
-    local transpose to the engine's column-major local array ``[Lc, Lr]``."""
+    """:class:`_Route` for ``A`` sharded over a process grid ``P(r, c)`` (backend ``"mp"``): a
+    local transpose to the engine's column-major ``[N/cols, N/rows]`` block, which the engine
+    redistributes to its tiles itself (``relayout="native"``: ScaLAPACK's p?gemr2d); or, with
+    ``relayout="jax"``, the 2D relayout first (:func:`jaxmg_layout.cyclic_2d_no_shardmap`), as
+    JAX collectives, to the local array ``[Lc, Lr]``. A tile as wide as the blocks needs
+    neither."""
 
     moves = None
     native_moves = None
 
-    def __init__(self, T_A, n, geometry):
+    def __init__(self, T_A, n, geometry, relayout):
         self.T_A, self.n, self.geometry = T_A, n, geometry
-        self.native_size = {"n": n}  # the engine cannot read N from a local array's shape
         self.plan = jaxmg_layout.BlockCyclic2D.for_blocks(n, geometry.grid, T_A)
+        shard = self.plan.shard_shape
+        moves = any(p > 1 and self.plan.tile < s for p, s in zip(geometry.grid, shard, strict=True))
+        self.blocks = moves and relayout == "native"
+        self.relaid = moves and not self.blocks
+        # The engine cannot read N from a local array's shape.
+        self.native_size = {"n": n, "blocks": True} if self.blocks else {"n": n}
 
     def to_native(self, a):
-        return jaxmg_layout.cyclic_2d_no_shardmap(a, self.T_A, self.geometry.axes).T
+        if self.relaid:
+            a = jaxmg_layout.cyclic_2d_no_shardmap(a, self.T_A, self.geometry.axes)
+        return a.T
 
     def from_native(self, z):
-        return jaxmg_layout.undo_cyclic_2d_no_shardmap(z.T, self.T_A, self.n, self.geometry.axes)
+        if self.relaid:
+            return jaxmg_layout.undo_cyclic_2d_no_shardmap(
+                z.T, self.T_A, self.n, self.geometry.axes
+            )
+        return z.T
 
 
 def _route(T_A, n, geometry, cyclic, relayout):
     """The route of one call's local blocks to the native target and back."""
     if geometry.form == "grid":
-        return _GridRoute(T_A, n, geometry)
+        return _GridRoute(T_A, n, geometry, relayout)
     return _Route(T_A, n, geometry, cyclic, relayout)
 
 
@@ -431,7 +452,9 @@ def _statics(T_A, n, cyclic_1d, relayout, geometry, fn):
 def _layout(T_A, n, geometry, pad, routine, fn):
     """The checked layout of a call (its ``T_A``: as asked, or chosen for ``None``); raises for
     ``pad=False`` with a tile that would widen A's blocks."""
-    T_A = _checks.resolve_tile(T_A, n, geometry.ndev, routine, geometry.platform, fn)
+    T_A = _checks.resolve_tile(
+        T_A, n, geometry.ndev, routine, geometry.platform, fn, geometry.backend, pad
+    )
     layout = _checks.plan(n, geometry.ndev, T_A, fn)
     _checks.unpadded(pad, layout, fn)
     return layout
@@ -490,13 +513,14 @@ def potrs(
         devices on ``ax``). Only one triangle is read: the lower one for column sharding, the
         upper one for row sharding. Or sharded over a process grid ``P(r, c)`` (``N``
         divisible by both extents; the lower triangle is read), which runs on ``backend="mp"``
-        in ScaLAPACK's 2D block-cyclic layout with square ``T_A x T_A`` tiles (``T_A=None``:
-        ``min(N / rows, N / cols)``).
+        in ScaLAPACK's 2D block-cyclic layout with square ``T_A x T_A`` tiles.
       b: ``[N]`` or ``[N, nrhs]`` (any ``nrhs >= 1``), A's dtype; any sharding (it is
         replicated for the solve).
       T_A: column tile size of the block-cyclic layout, any positive int (``T_A >= N / ndev``
         needs no relayout); ``None`` (default) chooses one for the platform (see the README:
-        ``N / ndev`` on CPU; on GPUs ``N / ndev`` up to 4096, else a tile of 256-4096).
+        ``N / ndev`` on CPU; on GPUs ``N / ndev`` up to 4096, else a tile of 256-4096; on
+        backend ``"mp"`` 64, or the block when narrower: ScaLAPACK's work spreads better over
+        the processes in narrow tiles).
       mesh: a ``jax.sharding.Mesh``, or an ``AbstractMesh`` such as
         ``jax.sharding.get_abstract_mesh()`` under ``jax.set_mesh``; default: the mesh ``A``
         lives on, else the one of ``jax.set_mesh``.
@@ -515,8 +539,10 @@ def potrs(
         inside the solver call (its leader moves whole tiles between the devices' buffers):
         no second copy of ``A``, a staging buffer of about one tile. ``"jax"``: JAX
         collectives (``ppermute``/``all_to_all``) before the call, as the original jaxmg did:
-        temporaries of 1-3 shards per device. With ``backend="mp"`` the relayout is always
-        JAX's (none is needed for the default ``T_A``).
+        temporaries of 1-3 shards per device. With ``backend="mp"`` (none is needed for the
+        default ``T_A``): ``"native"`` hands the engine A's blocks, which it redistributes to
+        its tiles with ScaLAPACK's p?gemr2d into a local array of its own and its results
+        back; ``"jax"`` relays them with JAX collectives before the call.
       backend: the engine. ``"mg"``: cuSolverMg on GPUs, its LAPACK twin on CPUs (one node;
         one process driving every device, or one process per device on one host). ``"mp"``:
         the distributed engine, one process per device over every process of the job (CPUs:

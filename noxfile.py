@@ -212,14 +212,15 @@ def bench(session):
         str(results / "multiprocess_cpu.jsonl"),
     )
     # backend="mp" (ScaLAPACK over MPI) on 1, 2, 4 processes and a 2 x 2 grid against
-    # ScaLAPACK called directly.
-    session.run(
-        "python",
-        "benchmarks/multi_node.py",
-        *("--n", "4096", "--processes", "1", "2", "4", "--grids", "2x2"),
-        *("--json", str(results / "multi_node_cpu.jsonl")),
-        *("--markdown", str(results / "multi_node_cpu.md")),
-    )
+    # ScaLAPACK called directly: in jaxmg's default tile, and in one tile per block.
+    for tile, name in (("64", "multi_node_cpu"), ("0", "multi_node_blocks_cpu")):
+        session.run(
+            "python",
+            "benchmarks/multi_node.py",
+            *("--n", "4096", "--processes", "1", "2", "4", "--grids", "2x2", "--tile", tile),
+            *("--json", str(results / f"{name}.jsonl")),
+            *("--markdown", str(results / f"{name}.md")),
+        )
     # The 2D relayout across processes: JAX's against ScaLAPACK's pdgemr2d and a copy.
     session.run(
         "python",

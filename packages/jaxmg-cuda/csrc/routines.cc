@@ -229,13 +229,16 @@ struct Entry<Build> {
     return RunOnCuda(Finish(Build(at, args...), at, run), stream, ordinal, scratch);
   }
 #endif
+  // Attribute `blocks` of a call whose caller discards the result that replaces `a`.
+  static constexpr int64_t kBlocksDiscard = 2;
   // Backend "mp": the grid instead of the devices, the processes and the moves; `position` is
   // the flat grid position.
   static ffi::Error Mp(Args... args, int64_t tile, int64_t n, Span grid, int64_t blocks,
                        int64_t call_id) {
     const Attrs at{tile, Span(), call_id, 0, Span(), Span(), Span()};
     if (grid.size() != 2) return Fail("grid must be (rows, cols)");
-    return RunOnScalapack(Build(at, args...), MpGrid{n, grid[0], grid[1], blocks != 0});
+    return RunOnScalapack(Build(at, args...),
+                          MpGrid{n, grid[0], grid[1], blocks != 0, blocks != kBlocksDiscard});
   }
 };
 
@@ -245,7 +248,8 @@ auto WithMpAttrs(B b) {
       .template Attr<int64_t>("T_A")
       .template Attr<int64_t>("n")
       .template Attr<Span>("grid")       // (rows, cols) of the process grid
-      .template Attr<int64_t>("blocks")  // 1: `a` is a block of P(r, c) (MpGrid::blocks)
+      .template Attr<int64_t>("blocks")  // 0: tiled; 1: a block of P(r, c); 2: and discard
+                                         // the result (MpGrid::blocks, result_back)
       .template Attr<int64_t>("call_id");
 }
 

@@ -305,6 +305,7 @@ struct Local {
   Int local_rows, local_cols;    // what it holds of A
   Int desc[9];                   // A's descriptor
   bool blocks;                   // `a` is a block of P(r, c) (MpGrid::blocks)
+  bool result_back;              // the result goes back into the block (MpGrid::result_back)
   Int blocks_desc[9];            // the descriptor of that block layout
 };
 
@@ -329,7 +330,7 @@ class Call {
       Outcome r = RunStep(step, info);
       if (!r.ok) return r;
     }
-    if (l_.blocks && o_.routine->result != Result::kUnchanged && *info == 0)
+    if (l_.blocks && l_.result_back && o_.routine->result != Result::kUnchanged && *info == 0)
       Redistribute(tiled_.data(), l_.desc, static_cast<T*>(o_.a_out), l_.blocks_desc);
     if (o_.routine->rhs && *info == 0) return GatherRhs();
     return {};
@@ -546,6 +547,7 @@ ffi::Error RunOnScalapack(const Operands& o, const MpGrid& g) {
     l.tile = static_cast<Int>(o.tile);
     l.lld = static_cast<Int>(o.a->dimensions()[1]);
     l.blocks = g.blocks;
+    l.result_back = g.result_back;
     Int rows = 0, cols = 0;
     Typed<BlacsGridinfo>("blacs_gridinfo_")(&context, &rows, &cols, &l.row, &l.col);
     if (l.row < 0 || l.col < 0) return Outcome::Fail("this process is not on the grid");

@@ -28,6 +28,10 @@ struct MpGrid {
   // tiles: the engine redistributes it with p?gemr2d into a local array of its own before the
   // routine, and its result back into `a` after it.
   bool blocks = false;
+  // With `blocks`: whether the routine's result (the factor, inverse or eigenvectors that
+  // replace `a`) goes back into `a`. A caller that discards it (potrs without its factor)
+  // saves a redistribution; `a` then keeps its input.
+  bool result_back = true;
 };
 
 // One process's part of a call. The operands are those of the routine's cuSolverMg target

@@ -113,7 +113,7 @@ def load() -> None:
         raise RuntimeError(f"MKL's ScaLAPACK was opened but lacks: {missing}")
 
 
-def _attrs(T_A, n, grid, moves, a_width, blocks):
+def _attrs(T_A, n, grid, moves, a_width, blocks, discard=False):
     if moves is not None and any(np.asarray(m).size for m in moves):
         raise ValueError("backend 'mp' takes no in-place moves: relayout in JAX before the call")
     rows, cols = (int(v) for v in grid)
@@ -121,7 +121,7 @@ def _attrs(T_A, n, grid, moves, a_width, blocks):
         T_A=np.int64(T_A),
         n=np.int64(a_width if n is None else n),
         grid=np.asarray((rows, cols), np.int64),
-        blocks=np.int64(bool(blocks)),
+        blocks=np.int64(2 if blocks and discard else int(bool(blocks))),
         call_id=np.int64(next(_call_ids)),
     )
 
@@ -145,15 +145,20 @@ def _position(position):
 # what its ``mg`` namesake returns; status ``k > 0`` as LAPACK's info, NaN outputs then.
 
 
-def potrs(a, b, position, *, T_A, grid, n=None, device_ids=None, moves=None, blocks=False):
-    """Cholesky factor and solve: ``(factor, x, status)``."""
+def potrs(
+    a, b, position, *, T_A, grid, n=None, device_ids=None, moves=None, blocks=False, factor=True
+):
+    """Cholesky factor and solve: ``(factor, x, status)``. With ``blocks``, ``factor=False``
+    (the caller discards it) leaves ``A``'s block in the first output instead, which saves
+    redistributing the factor back."""
     call = jax.ffi.ffi_call(
         "jaxmg_mp_potrs",
         (_like(a), _like(b), _status()),
         input_output_aliases={0: 0, 1: 1},
         vmap_method="sequential",
     )
-    return call(a, b, _position(position), **_attrs(T_A, n, grid, moves, a.shape[1], blocks))
+    attrs = _attrs(T_A, n, grid, moves, a.shape[1], blocks, discard=not factor)
+    return call(a, b, _position(position), **attrs)
 
 
 def potri(a, position, *, T_A, grid, n=None, device_ids=None, moves=None, blocks=False):

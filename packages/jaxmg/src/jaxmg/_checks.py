@@ -23,11 +23,6 @@ SYEVD_MAX_TILE = 1024
 GPU_TILE_CAP = {"potrs": 4096, "potri": 4096, "getrf": 4096, "syevd": SYEVD_MAX_TILE}
 GPU_TILE_MIN = 256
 
-#: The automatic tile of backend "mp" on CPUs (ScaLAPACK): on 4 processes and N = 4096, potrs
-#: took 0.90-0.95 s with 64-square tiles against 1.26-1.57 s with one tile per block
-#: (benchmarks/multi_node.py, benchmarks/relayout_mp.py). See :func:`mp_tile`.
-MP_CPU_TILE = 64
-
 
 RELAYOUTS = ("native", "jax")
 
@@ -135,10 +130,12 @@ def auto_tile(n: int, ndev: int, routine: str, platform: str) -> int:
 
 
 def mp_tile(block: tuple[int, ...], pad) -> int:
-    """The tile ``T_A=None`` stands for on backend ``"mp"`` (CPUs: ScaLAPACK), for blocks of
-    ``block`` rows and columns: ``MP_CPU_TILE``, never wider than a block; with ``pad=False``
-    the widest tile up to that which divides every block extent (no padding)."""
-    tile = min(MP_CPU_TILE, *block)
+    """The tile ``T_A=None`` stands for on backend ``"mp"``, for blocks of ``block`` rows and
+    columns: the narrower extent of a block, so that a 1D or square grid needs no relayout and
+    no second copy of a block (a narrower tile spreads ScaLAPACK's work better over many
+    processes, at the price of a relayout: the README's Performance section measures both);
+    with ``pad=False`` the widest tile up to that which divides every block extent."""
+    tile = min(block)
     if pad is False:
         tile = max(t for t in range(1, tile + 1) if all(b % t == 0 for b in block))
     return tile

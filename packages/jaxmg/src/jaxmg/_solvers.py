@@ -278,6 +278,7 @@ def _potrs_local(a, b, *, T_A, n, cyclic, relayout, geometry, fn, with_factor=Fa
         moves=route.native_moves,
         **geometry.native_job,
         **route.native_size,
+        **({"factor": with_factor} if route.blocks else {}),
     )
     if with_factor:
         return conj(x_rows.T), factor, status
@@ -518,9 +519,8 @@ def potrs(
         replicated for the solve).
       T_A: column tile size of the block-cyclic layout, any positive int (``T_A >= N / ndev``
         needs no relayout); ``None`` (default) chooses one for the platform (see the README:
-        ``N / ndev`` on CPU; on GPUs ``N / ndev`` up to 4096, else a tile of 256-4096; on
-        backend ``"mp"`` 64, or the block when narrower: ScaLAPACK's work spreads better over
-        the processes in narrow tiles).
+        ``N / ndev`` on CPU; on GPUs ``N / ndev`` up to 4096, else a tile of 256-4096; on a
+        process grid ``min(N / rows, N / cols)``).
       mesh: a ``jax.sharding.Mesh``, or an ``AbstractMesh`` such as
         ``jax.sharding.get_abstract_mesh()`` under ``jax.set_mesh``; default: the mesh ``A``
         lives on, else the one of ``jax.set_mesh``.

@@ -212,8 +212,8 @@ def bench(session):
         str(results / "multiprocess_cpu.jsonl"),
     )
     # backend="mp" (ScaLAPACK over MPI) on 1, 2, 4 processes and a 2 x 2 grid against
-    # ScaLAPACK called directly: in jaxmg's default tile, and in one tile per block.
-    for tile, name in (("64", "multi_node_cpu"), ("0", "multi_node_blocks_cpu")):
+    # ScaLAPACK called directly: in jaxmg's default tile (one per block), and in 64-square ones.
+    for tile, name in (("0", "multi_node_cpu"), ("64", "multi_node_tile64_cpu")):
         session.run(
             "python",
             "benchmarks/multi_node.py",

@@ -1,5 +1,6 @@
 """Helpers shared by the benchmark scripts (timing, progress bar)."""
 
+import os
 import statistics
 import sys
 import time
@@ -16,6 +17,33 @@ def timed(fn, args, runs, warmup):
         jax.block_until_ready(fn(*args))
         seconds.append(time.perf_counter() - start)
     return statistics.median(seconds), min(seconds), max(seconds)
+
+
+def timed_calls(fn, warmup, runs):
+    """``(median, min, max)`` seconds of ``fn()`` (which waits for its own results)."""
+    for _ in range(warmup):
+        fn()
+    seconds = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds), min(seconds), max(seconds)
+
+
+def start_mpi_jax():
+    """jax in one process of an ``mpiexec`` job: CPU devices, float64, Gloo collectives,
+    ``jax.distributed`` from MPI (mpi4py). Gloo writes to the C-level stdout, so Python's
+    stdout moves to a copy of it and the C-level one goes to stderr (results stay parseable)."""
+    sys.stdout = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    jax.config.update("jax_platforms", "cpu")
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(cluster_detection_method="mpi4py")
+    return jax
 
 
 def progress(done, total, label):

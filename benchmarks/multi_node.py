@@ -33,10 +33,10 @@ import argparse
 import ctypes
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
+
+from _common import start_mpi_jax, timed_calls
 
 HERE = os.path.abspath(__file__)
 
@@ -62,26 +62,8 @@ def first_run_bytes(fn) -> int:
     return status_bytes("VmHWM") - before
 
 
-def timed(fn, warmup, runs):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), min(times), max(times)
-
-
 def worker(args) -> None:
-    sys.stdout = os.fdopen(os.dup(1), "w")  # Gloo writes to the C-level stdout
-    os.dup2(2, 1)
-    import jax
-
-    jax.config.update("jax_enable_x64", True)
-    jax.config.update("jax_platforms", "cpu")
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(cluster_detection_method="mpi4py")
+    jax = start_mpi_jax()
     import jax.numpy as jnp
     import numpy as np
     from jax.experimental import multihost_utils
@@ -117,7 +99,9 @@ def worker(args) -> None:
             solve = solve.lower(A, b).compile()
             result["extra_bytes"] = first_run_bytes(lambda: solve(A, b).block_until_ready())
             x = solve(A, b)
-            result["time"] = timed(lambda: solve(A, b).block_until_ready(), args.warmup, args.runs)
+            result["time"] = timed_calls(
+                lambda: solve(A, b).block_until_ready(), args.warmup, args.runs
+            )
             residual = jnp.linalg.norm(A @ x - b) / np.linalg.norm(b)
     elif args.variant == "jax":
 
@@ -127,7 +111,9 @@ def worker(args) -> None:
         solve = jax.jit(cholesky_solve).lower(A, b).compile()
         result["extra_bytes"] = first_run_bytes(lambda: solve(A, b).block_until_ready())
         x = solve(A, b)
-        result["time"] = timed(lambda: solve(A, b).block_until_ready(), args.warmup, args.runs)
+        result["time"] = timed_calls(
+            lambda: solve(A, b).block_until_ready(), args.warmup, args.runs
+        )
         residual = jnp.linalg.norm(A @ x - b) / np.linalg.norm(b)
     else:  # ScaLAPACK called directly, on this process's block
         jaxmg_cuda.mp.load()
@@ -166,7 +152,7 @@ def worker(args) -> None:
 
         result["extra_bytes"] = first_run_bytes(solve)
         assert solve() == 0
-        result["time"] = timed(solve, args.warmup, args.runs)
+        result["time"] = timed_calls(solve, args.warmup, args.runs)
         parts = np.asarray(multihost_utils.process_allgather(rhs))  # [P, lld, 1], row-major
         x = np.zeros((n, 1))
         for r in range(grid_rows):  # process (r, 0) holds the rows of its process row

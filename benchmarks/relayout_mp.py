@@ -26,34 +26,16 @@ import argparse
 import ctypes
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
+
+from _common import start_mpi_jax, timed_calls
 
 HERE = os.path.abspath(__file__)
 
 
-def timed(fn, warmup, runs):
-    for _ in range(warmup):
-        fn()
-    seconds = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        seconds.append(time.perf_counter() - start)
-    return statistics.median(seconds)
-
-
 def worker(args) -> None:
-    sys.stdout = os.fdopen(os.dup(1), "w")  # Gloo writes to the C-level stdout
-    os.dup2(2, 1)
-    import jax
-
-    jax.config.update("jax_enable_x64", True)
-    jax.config.update("jax_platforms", "cpu")
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(cluster_detection_method="mpi4py")
+    jax = start_mpi_jax()
     import numpy as np
     from jax.experimental import multihost_utils
     from jax.sharding import NamedSharding
@@ -80,18 +62,18 @@ def worker(args) -> None:
     copy = jax.jit(lambda a: a + 0)
     back = trip(A)
     same = np.array_equal(np.asarray(back.addressable_data(0)), np.asarray(A.addressable_data(0)))
-    result["jax_s"] = timed(lambda: trip(A).block_until_ready(), args.warmup, args.runs)
-    result["copy_s"] = timed(lambda: copy(A).block_until_ready(), args.warmup, args.runs)
+    result["jax_s"] = timed_calls(lambda: trip(A).block_until_ready(), args.warmup, args.runs)[0]
+    result["copy_s"] = timed_calls(lambda: copy(A).block_until_ready(), args.warmup, args.runs)[0]
     b = np.ones((n, 1))
     with jax.set_mesh(mesh):
         for relayout in ("native", "jax"):
             solve = jax.jit(lambda a, r, how=relayout: jaxmg.potrs(a, r, T_A=tile, relayout=how))
             x = solve(A, b)
             same = same and float(np.max(np.abs(full @ np.asarray(x) - b))) < 1e-8
-            seconds = timed(
+            seconds = timed_calls(
                 lambda solve=solve: solve(A, b).block_until_ready(), args.warmup, args.runs
             )
-            result[f"potrs_{relayout}_s"] = seconds
+            result[f"potrs_{relayout}_s"] = seconds[0]
 
     jaxmg_cuda.mp.load()
     lib, Int = ctypes.CDLL(None), ctypes.c_int
@@ -129,7 +111,7 @@ def worker(args) -> None:
         cyclic[:local_r, :local_c], expected.local_block(full, me_r.value, me_c.value)
     )
     same = same and cyclic_ok and np.array_equal(block, original)
-    result["pdgemr2d_s"] = timed(gemr2d, args.warmup, args.runs)
+    result["pdgemr2d_s"] = timed_calls(gemr2d, args.warmup, args.runs)[0]
     result["ok"] = bool(np.all(multihost_utils.process_allgather(np.int32(same))))
     names = ["jax_s", "pdgemr2d_s", "copy_s", "potrs_native_s", "potrs_jax_s"]
     slowest = multihost_utils.process_allgather(np.array([result[k] for k in names])).max(0)

@@ -71,7 +71,7 @@ class _Call:
             T_A=route.plan.tile,
             device_ids=self.geometry.device_ids,
             **self.geometry.native_job,
-            **route.native_size,
+            **route.native_layout,
         )
 
     def conj(self, v):

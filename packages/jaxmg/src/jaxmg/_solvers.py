@@ -14,8 +14,9 @@ and step 2 is a local transpose. For ``A`` sharded by rows, ``P(ax, None)``, the
 ``A[blk, :]`` already *is* that storage, of the column block of ``A^T = conj(A)`` (A is
 Hermitian): no transpose, and the solver works on ``conj(A)``. Solutions are conjugated back
 (a no-op for real dtypes). For ``A`` sharded over a process grid, ``P(r, c)`` (backend
-``"mp"``), step 1 is the 2D relayout and step 2 a local transpose to the ``[Lc, Lr]`` storage
-of the process's local array (:class:`_GridRoute`).
+``"mp"``), step 2 is a local transpose to column-major storage, and step 1 either is left to
+the engine (``relayout="native"``: ScaLAPACK's p?gemr2d) or is the 2D relayout in JAX
+(:class:`_GridRoute`).
 
 Failure. A matrix that is not positive definite (potrs, potri), or an eigensolver that fails to
 converge (syevd), is not an exception: the status is nonzero and every floating output is NaN.
@@ -58,8 +59,9 @@ class _Route:
         in_place = native and geometry.backend == "mg"
         self.moves = jaxmg_layout.in_place_moves(self.plan) if in_place else None
         self.blocks = native and geometry.backend == "mp"
-        # The native target reads N from the local array's shape.
-        self.native_size = {"blocks": True} if self.blocks else {}
+        # What the native target needs to know of the local array's layout beyond its shape
+        # (it reads N from the shape): whether it is a block of A that the engine relays.
+        self.native_layout = {"blocks": True} if self.blocks else {}
 
     @property
     def native_moves(self):
@@ -130,8 +132,9 @@ class _GridRoute:
         moves = any(p > 1 and self.plan.tile < s for p, s in zip(geometry.grid, shard, strict=True))
         self.blocks = moves and relayout == "native"
         self.relaid = moves and not self.blocks
-        # The engine cannot read N from a local array's shape.
-        self.native_size = {"n": n, "blocks": True} if self.blocks else {"n": n}
+        # N (the engine cannot read it from a local array's shape), and whether the local array
+        # is a block of A that the engine relays.
+        self.native_layout = {"n": n, "blocks": True} if self.blocks else {"n": n}
 
     def to_native(self, a):
         if self.relaid:
@@ -277,7 +280,7 @@ def _potrs_local(a, b, *, T_A, n, cyclic, relayout, geometry, fn, with_factor=Fa
         device_ids=geometry.device_ids,
         moves=route.native_moves,
         **geometry.native_job,
-        **route.native_size,
+        **route.native_layout,
         **({"factor": with_factor} if route.blocks else {}),
     )
     if with_factor:
@@ -295,9 +298,9 @@ def _potri_local(a, *, T_A, n, cyclic, relayout, geometry, fn):
         device_ids=geometry.device_ids,
         moves=route.native_moves,
         **geometry.native_job,
-        **route.native_size,
+        **route.native_layout,
     )
-    if geometry.form == "grid":  # the lower triangle; _potri_program fills the upper one
+    if geometry.form == "grid":  # the lower triangle: the caller fills the upper one
         return route.from_native(inv_rows), status
     fill = functools.partial(_hermitian_from_triangle, axis_name=geometry.axis)
     inv = route.from_native(inv_rows, then=fill)
@@ -317,7 +320,7 @@ def _syevd_local(a, *, T_A, n, cyclic, relayout, vectors, geometry, fn, v_column
         vectors=vectors,
         moves=route.native_moves,
         **geometry.native_job,
-        **route.native_size,
+        **route.native_layout,
     )
     if not vectors:
         return w, status

@@ -1,11 +1,12 @@
 """Developer and CI entry points. ``nox -l`` lists them.
 
 - ``tests``: install the three packages from this checkout and run the CPU suite once per
-  simulated device count (1, 2, 3, 4, 8), each in its own pytest process, then the
-  multi-process jobs (``tests/multiprocess``) once. Tests that do not depend on the device
-  count, and single-precision cases, run in the 4-device process only (tests/conftest.py).
-- ``compat``: the CPU suite (4 devices, so every test of the suite) on the newest jax, with
-  Python 3.12.
+  simulated device count (1, 2, 3, 4, 8), each in its own pytest process, two at a time
+  (``JAXMG_PYTEST_JOBS``), then the multi-process jobs (``tests/multiprocess``) once. Tests
+  that do not depend on the device count, and single-precision cases, run with 4 devices only
+  (tests/conftest.py), in two processes (tests/api, the rest).
+- ``compat``: the CPU suite on 4 devices on the newest jax, with Python 3.12, in double
+  precision, without the native and benchmark tests.
 - ``clients``: install the three packages and NetKet 3.22.4, then run ``tests/clients`` (NetKet's
   jaxmg solvers against its dense ones) once per simulated device count (1, 2, 4).
 - ``lint``: ruff.
@@ -50,34 +51,73 @@ def install_jaxmg(session, *extras):
     session.install("--no-build-isolation", target)
 
 
-def run_cpu_suite(session, count):
-    """The single-process suite on ``count`` simulated CPU devices.
+# How many pytest processes run at once. The suite's time is mostly XLA compiling small
+# programs, on about one core per process: two processes fill a 2-core machine.
+PYTEST_JOBS = int(os.environ.get("JAXMG_PYTEST_JOBS", "2"))
+# The 4-device run holds every test of the suite (tests/conftest.py): it runs in two halves.
+HALVES = (["tests/api"], ["tests", "--ignore=tests/api"])
+
+
+def cpu_suite(count, paths=("tests",), *extra):
+    """The single-process suite on ``count`` simulated CPU devices: (label, pytest args, env).
 
     XLA compiles the tests' programs without LLVM optimization (tests/conftest.py: half the
     time), except in the 1-device run, which compiles them as users' programs are."""
-    session.log(f"--- {count} simulated CPU device(s) ---")
-    session.run(
-        "python",
-        "-m",
-        "pytest",
-        "tests",
-        "--ignore=tests/multiprocess",
-        "--ignore=tests/mpi",
-        f"--num-cpu-devices={count}",
-        "-q",
-        env={"PYTHONHASHSEED": "0", "JAXMG_TEST_XLA_OPTIMIZE": "1" if count == 1 else "0"},
-    )
+    args = [*paths, "--ignore=tests/multiprocess", "--ignore=tests/mpi", *extra]
+    args += [f"--num-cpu-devices={count}", "-q", "-p", "no:cacheprovider"]
+    env = {"PYTHONHASHSEED": "0", "JAXMG_TEST_XLA_OPTIMIZE": "1" if count == 1 else "0"}
+    return (f"{count} simulated CPU device(s): {' '.join(paths)}", args, env)
+
+
+def run_pytest(session, runs):
+    """Runs ``runs`` ((label, pytest args, env), longest first) PYTEST_JOBS at a time in the
+    session's environment. Each run's output is printed whole when it ends, so outputs never
+    interleave; the session fails after all have ended if any failed."""
+    import subprocess
+    import tempfile
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    python = os.path.join(session.bin, "python")
+    path = session.bin + os.pathsep + os.environ.get("PATH", "")
+
+    def run(label, args, env):
+        with tempfile.TemporaryFile("w+") as out:
+            start = time.monotonic()
+            code = subprocess.call(
+                [python, "-m", "pytest", *args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **env, "PATH": path},
+            )
+            out.seek(0)
+            return label, code, out.read(), time.monotonic() - start
+
+    failed = []
+    with ThreadPoolExecutor(max(1, PYTEST_JOBS)) as pool:
+        for label, code, output, seconds in pool.map(lambda r: run(*r), runs):
+            session.log(f"--- {label} ({seconds:.0f} s, exit {code}) ---")
+            print(output, end="" if output.endswith("\n") else "\n", flush=True)
+            if code != 0:
+                failed.append(label)
+    if failed:
+        session.error(f"pytest failed: {'; '.join(failed)}")
 
 
 @nox.session
 def tests(session):
-    """The CPU test suite, once per simulated device count."""
+    """The CPU test suite, once per simulated device count (two runs at a time, the 4-device
+    run in two halves), then the multi-process jobs."""
     install_jaxmg(session, "test", "plot")
-    for count in [int(n) for n in session.posargs] or DEVICE_COUNTS:
-        run_cpu_suite(session, count)
+    counts = [int(n) for n in session.posargs] or DEVICE_COUNTS
+    # Longest first: the halves of the 4-device run, then by device count.
+    runs = [cpu_suite(4, half) for half in HALVES if 4 in counts]
+    runs += [cpu_suite(count) for count in sorted(counts, reverse=True) if count != 4]
+    run_pytest(session, runs)
     if not session.posargs:
+        # Alone: its processes wait on each other with deadlines.
         session.log("--- multi-process jobs (jax.distributed on localhost, 2 and 4 processes) ---")
-        session.run("python", "-m", "pytest", "tests/multiprocess", "-q")
+        session.run("python", "-m", "pytest", "tests/multiprocess", "-q", "-p", "no:cacheprovider")
 
 
 # The client libraries tests/clients runs, pinned to the releases those tests were written for.
@@ -103,17 +143,12 @@ def clients(session):
     jax_pins = [f"{dist}=={_installed(session, dist)}" for dist in ("jax", "jaxlib")]
     session.install(*CLIENTS, *jax_pins)
     session.log(f"clients on {', '.join(jax_pins)}")
-    for count in [int(n) for n in session.posargs] or CLIENT_DEVICE_COUNTS:
-        session.log(f"--- clients, {count} simulated CPU device(s) ---")
-        session.run(
-            "python",
-            "-m",
-            "pytest",
-            "tests/clients",
-            f"--num-cpu-devices={count}",
-            "-q",
-            env={"PYTHONHASHSEED": "0", "NETKET_EXPERIMENTAL_SHARDING_CPU": str(count)},
-        )
+    runs = []
+    for count in sorted([int(n) for n in session.posargs] or CLIENT_DEVICE_COUNTS, reverse=True):
+        env = {"PYTHONHASHSEED": "0", "NETKET_EXPERIMENTAL_SHARDING_CPU": str(count)}
+        args = ["tests/clients", f"--num-cpu-devices={count}", "-q", "-p", "no:cacheprovider"]
+        runs.append((f"clients, {count} simulated CPU device(s)", args, env))
+    run_pytest(session, runs)
 
 
 # jax >= 0.11 needs Python >= 3.12, so CI's Python 3.11 stops at jax 0.10; this session runs
@@ -137,10 +172,15 @@ def _python312() -> str:
 
 @nox.session(python=_python312())
 def compat(session):
-    """The CPU suite on 4 simulated devices with the newest jax (NEWEST_JAX) on Python 3.12."""
+    """The CPU suite on 4 simulated devices with the newest jax (NEWEST_JAX) on Python 3.12, in
+    double precision (single-precision and extra grid cases are the same code paths, run by
+    ``tests``), without the native tests (tests/native: C++ behind no jax) and the
+    benchmarks' own tests."""
     session.install(f"jax=={NEWEST_JAX}", f"jaxlib=={NEWEST_JAX}")
     install_jaxmg(session, "test", "plot")
-    run_cpu_suite(session, 4)
+    only = ("-m", "not dtype_sweep and not grid_sweep")
+    skip = ("--ignore=tests/native", "--ignore=tests/benchmarks")
+    run_pytest(session, [cpu_suite(4, half, *only, *skip) for half in HALVES])
 
 
 @nox.session

@@ -13,7 +13,10 @@ pytestmark = pytest.mark.skipif(not os.path.isdir(SHM), reason="no /dev/shm (POS
 
 
 def _ours():
-    return {p for p in os.listdir(SHM) if p.startswith(f"jaxmg-{os.geteuid()}-")}
+    """This process's segments (create_shared_memory names them after its pid): other
+    processes, other test runs among them, may hold jaxmg segments meanwhile."""
+    prefix = f"jaxmg-{os.geteuid()}-{os.getpid():016x}-"
+    return {p for p in os.listdir(SHM) if p.startswith(prefix)}
 
 
 def test_a_segment_that_fits():

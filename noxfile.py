@@ -21,7 +21,9 @@
   ``JAXMG_REQUIRE_GPU=1`` and the GPU benchmarks (``benchmarks/gpu_validate.py``).
 - ``mpi``: MKL's ScaLAPACK over MPICH, both from pip (``jaxmg[mpi]``), under ``mpiexec``: the
   engine alone on 1x2, 2x1 and 2x2 process grids laid out by ``jaxmg_layout.BlockCyclic2D``, its
-  native targets on those grids, and jaxmg's API with ``backend="mp"`` on 2 and 4 processes.
+  native targets on those grids, and jaxmg's API with ``backend="mp"`` on 2 and 4 processes;
+  then the GPU engine (cuSOLVERMp over NCCL) on the emulator of tests/native/fake_cuda, which
+  computes with that ScaLAPACK.
 - ``cuda_abi``: no GPU needed: fetch NVIDIA's CUDA 12 and 13 wheels (pinned, cached in
   ``.nox/cuda_abi-cache``) and check ``csrc/cuda_api.h`` against their headers and libraries,
   and ``csrc/cusolvermp_api.h`` against the cuSOLVERMp and NCCL wheels for each.
@@ -273,7 +275,8 @@ def bench(session):
 @nox.session
 def mpi(session):
     """MKL's ScaLAPACK over MPICH from pip (the multi-node backend's CPU engine), on 1x2, 2x1
-    and 2x2 process grids laid out by jaxmg_layout's 2D block-cyclic plan."""
+    and 2x2 process grids laid out by jaxmg_layout's 2D block-cyclic plan; and the GPU engine
+    (cuSOLVERMp over NCCL) under mpiexec on the CUDA emulator, which computes with it."""
     install_jaxmg(session, "test", "mpi")
     session.run("python", "-m", "pytest", "tests/mpi", "-q")
 

@@ -10,7 +10,8 @@ raising. They are set in ``pytest_configure`` (never at import) and only for the
 Not every test runs in every device count's process: single-precision cases of a dtype grid
 (``dtype_sweep``), the rest of a grid whose core runs everywhere (``grid_sweep``) and tests
 independent of the device count (``once_per_suite``) run with 4 devices only, the run that
-``nox -s compat`` repeats on the newest jax.
+``nox -s compat`` repeats on the newest jax (in double precision, without tests/native and the
+benchmarks' tests).
 """
 
 import os
@@ -123,9 +124,46 @@ def once_per_suite(request):
     pure layout and plan arithmetic, checks of arguments that need no mesh, tests on a device
     count of their own (``devices[:1]``, a fixed 2 x 2 grid), and tests that start processes
     configuring their own devices (examples, imports, benchmarks). 4 devices, because ``nox -s
-    compat`` runs that process again on the newest jax: what touches jax runs on both."""
+    compat`` runs that process again on the newest jax: what touches jax runs on both (the
+    native tests, C++ behind no jax, and the single-precision cases run on one)."""
     if _device_count(request.config) != 4:
         pytest.skip("independent of the device count: runs with --num-cpu-devices=4")
+
+
+FAKE_CUDA = os.path.join(os.path.dirname(__file__), "native", "fake_cuda")
+#: The names jaxmg opens the CUDA libraries by, all served by the emulator.
+FAKE_CUDA_NAMES = (
+    "libcudart.so.13",
+    "libcusolverMg.so.12",
+    "libcuda.so.1",
+    "libcusolverMp.so.0",
+    "libnccl.so.2",
+)
+
+
+@pytest.fixture(scope="session")
+def fake_cuda(tmp_path_factory):
+    """The folder of the emulator of the CUDA runtime, driver, cuSolverMg, NCCL and cuSOLVERMp
+    (tests/native/fake_cuda), compiled once per run, as ``libfakecuda.so`` and under every name
+    jaxmg opens; skips without a C++ compiler."""
+    import shutil
+    import subprocess
+
+    compiler = shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++")
+    if compiler is None:
+        pytest.skip("no C++ compiler to build the CUDA emulator")
+    folder = tmp_path_factory.mktemp("fake_cuda")
+    library = folder / "libfakecuda.so"
+    sources = [os.path.join(FAKE_CUDA, name) for name in ("fake_cuda.cc", "fake_cusolvermp.cc")]
+    subprocess.run(
+        [compiler, "-std=c++17", "-O1", "-g", "-shared", "-fPIC", "-Wl,-soname,libfakecuda.so"]
+        + ["-o", str(library), *sources, "-lpthread", "-ldl"],
+        check=True,
+        timeout=300,
+    )
+    for name in FAKE_CUDA_NAMES:
+        (folder / name).symlink_to(library.name)
+    return folder
 
 
 @pytest.fixture

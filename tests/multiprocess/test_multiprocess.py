@@ -263,6 +263,17 @@ def test_every_routine_across_gpu_processes(processes):
     assert_all_passed(codes, checks, output, processes, SOLVE_CHECKS)
 
 
+@pytest.mark.parametrize("processes", [2, 4])
+def test_backend_mp_across_gpu_processes(processes):
+    """Backend "mp" on GPUs: cuSOLVERMp over jaxmg's NCCL communicator, one GPU per process,
+    against numpy; potri (which cuSOLVERMp lacks) refused with the reason. NOT YET RUN ON GPU
+    HARDWARE (CI runs the engine against an emulator: tests/mpi/test_cusolvermp.py)."""
+    gpus = need_gpus(processes)
+    codes, checks, output = run_job("mp_gpu", processes, env=gpu_env(gpus, 0.3), timeout=400)
+    # Per dtype: potrs and syevd on both forms, lu_solve; then potri refused, and done.
+    assert_all_passed(codes, checks, output, processes, 2 * (2 * 2 + 1) + 2)
+
+
 def test_two_processes_on_one_gpu_are_refused_with_a_reason():
     """cuSolverMg needs distinct GPUs: two processes on one GPU get the error that says so
     (after the leader has mapped the other's memory: CUDA IPC works on one GPU), no hang."""

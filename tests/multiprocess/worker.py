@@ -262,6 +262,34 @@ def one_gpu(n, tile):
         report("one_gpu_refused", "GPU twice" in str(err), error=str(err)[-2000:])
 
 
+def mp_gpu(n, tile):
+    """Backend "mp" on GPUs (cuSOLVERMp over NCCL), one GPU per process: what it solves against
+    numpy, and what cuSOLVERMp lacks refused at trace time."""
+    mesh = jax.make_mesh((jax.device_count(),), ("x",))
+    for dtype in (np.float64, np.complex64):
+        A = hermitian_pd(n, dtype, seed=n)
+        b = np.arange(1, 2 * n + 1, dtype=dtype).reshape(n, 2) / n
+        case = {"dtype": np.dtype(dtype).name, "n": n, "T_A": tile}
+        for name, spec in (("cols", P(None, "x")), ("rows", P("x", None))):
+            a = place(A, mesh, spec)
+            x, logdet = jaxmg.potrs(a, place(b, mesh, P()), tile, backend="mp", return_logdet=True)
+            ok = abs(float(fetch(logdet)) - np.linalg.slogdet(A)[1]) < 1e3 * eps(dtype) * n
+            report("mp_potrs", scaled_residual(A, fetch(x), b) < 30 and ok, form=name, **case)
+            w = fetch(jaxmg.syevd(a, tile, backend="mp", return_eigenvectors=False))
+            ref = np.linalg.eigvalsh(A)
+            close = np.allclose(w, ref, rtol=0, atol=1e3 * eps(dtype) * np.abs(ref).max())
+            report("mp_syevd", close, form=name, **case)
+        G = (A + np.triu(A, 1)).astype(dtype)
+        lu = jaxmg.lu_factor(place(G, mesh, P(None, "x")), tile, backend="mp")
+        x = fetch(jaxmg.lu_solve(lu, place(b, mesh, P())))
+        report("mp_lu_solve", scaled_residual(G, x, b) < 30, **case)
+    try:
+        jaxmg.potri(place(A, mesh, P(None, "x")), tile, backend="mp")
+        report("mp_potri_refused", False, error="potri ran")
+    except NotImplementedError as err:
+        report("mp_potri_refused", "has no inverse" in str(err), error=str(err))
+
+
 if scenario == "solve":
     mesh = jax.make_mesh((jax.device_count(),), ("x",))
     first_call_under_jit(mesh)
@@ -277,6 +305,8 @@ elif scenario == "multinode":
     multinode(n=8 * jax.device_count(), tile=4)
 elif scenario == "one_gpu":
     one_gpu(n=512, tile=512)
+elif scenario == "mp_gpu":
+    mp_gpu(n=6 * jax.device_count(), tile=2)
 else:
     raise SystemExit(f"unknown scenario {scenario!r}")
 report("done", True)

@@ -33,7 +33,6 @@ import jaxmg_layout
 
 HERE = Path(__file__).parent / "fake_cuda"
 DTYPES = ["float32", "float64", "complex64", "complex128"]
-LIBRARY_NAMES = ("libcudart.so.13", "libcusolverMg.so.12", "libcuda.so.1")
 
 pytestmark = pytest.mark.skipif(
     not jaxmg_cuda.has_cuda_support(), reason="jaxmg_cuda was built without CUDA support"
@@ -41,22 +40,9 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def emulator(tmp_path_factory, once_per_suite):
-    """The emulator, compiled for this run, under the names jaxmg opens."""
-    compiler = shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++")
-    if compiler is None:
-        pytest.skip("no C++ compiler to build the CUDA emulator")
-    folder = tmp_path_factory.mktemp("fake_cuda")
-    library = folder / "libfakecuda.so"
-    subprocess.run(
-        [compiler, "-std=c++17", "-O1", "-g", "-shared", "-fPIC", "-Wl,-soname,libfakecuda.so"]
-        + ["-o", str(library), str(HERE / "fake_cuda.cc"), "-lpthread"],
-        check=True,
-        timeout=300,
-    )
-    for name in LIBRARY_NAMES:
-        (folder / name).symlink_to(library.name)
-    return str(folder)
+def emulator(fake_cuda, once_per_suite):
+    """The emulator (tests/conftest.py), under the names jaxmg opens."""
+    return str(fake_cuda)
 
 
 # --- cases --------------------------------------------------------------------------------

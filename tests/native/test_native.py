@@ -775,6 +775,103 @@ def test_cuda_lowering_on_cpu(cpu_devices, routine):
 
 
 @pytest.mark.usefixtures("once_per_suite")
+@pytest.mark.parametrize("routine", ["potrs", "getrf", "syevd"])
+def test_mp_cuda_lowering_on_cpu(cpu_devices, routine):
+    """Backend "mp" lowered for CUDA: the same jaxmg_mp_* target as on CPUs, with the grid and
+    the NCCL communicator's id (16 int64) as attributes, and ``a`` aliased into the result."""
+    mesh = jax.make_mesh((1,), ("x",), devices=cpu_devices[:1])
+    a = jax.device_put(jnp.zeros((8, 8), jnp.float32), NamedSharding(mesh, ROWS))
+    b = jax.device_put(jnp.zeros((1, 8), jnp.float32), NamedSharding(mesh, P()))
+    nccl_id = np.arange(16, dtype=np.int64) + 1000
+    common = dict(T_A=4, grid=(1, 1), nccl_id=nccl_id)
+
+    def local(a, b):
+        pos = jax.lax.axis_index("x")
+        if routine == "potrs":
+            return jaxmg_cuda.mp.potrs(a, b, pos, **common)
+        if routine == "getrf":
+            return jaxmg_cuda.mp.getrf(a, pos, **common)
+        return jaxmg_cuda.mp.syevd(a, pos, **common)
+
+    fn = jax.jit(
+        jax.shard_map(
+            local, mesh=mesh, in_specs=(ROWS, P()), out_specs=(ROWS, P(), P()), check_vma=False
+        )
+    )
+    text = fn.trace(a, b).lower(lowering_platforms=("cuda",)).as_text()
+    assert f"custom_call @jaxmg_mp_{routine}(" in text
+    assert "grid = dense<1> : tensor<2xi64>" in text
+    words = ", ".join(str(v) for v in nccl_id)
+    assert f"nccl_id = dense<[{words}]> : tensor<16xi64>" in text
+    assert "output_operand_aliases" in text
+    cpu_text = fn.trace(a, b).lower(lowering_platforms=("cpu",)).as_text()
+    assert "nccl_id" in cpu_text  # the wrapper decides; the CPU engine would refuse it at run
+    with pytest.raises(ValueError, match="on GPUs takes no blocks"):
+        jaxmg_cuda.mp.potrf(a, 0, T_A=4, grid=(1, 1), blocks=True, nccl_id=nccl_id)
+
+
+_MP_GPU_SCRIPT = """
+import os, sys
+import numpy as np
+import jaxmg_cuda
+from jaxmg import _native
+if sys.argv[1] != "-":
+    jaxmg_cuda._jaxmg_cuda.set_cuda_library_dirs([sys.argv[1]])
+try:
+    _native.load_mp("jaxmg.potrs", "gpu")
+except (NotImplementedError, RuntimeError) as error:
+    print(type(error).__name__, error)
+    raise SystemExit(0)
+engine = _native.engine("gpu", "jaxmg.lu_solve", "mp")
+print("ID", np.asarray(engine.potrs.keywords["nccl_id"]).shape, engine.potrs.func.__name__)
+for call in (lambda: engine.potri(None, 0), lambda: engine.getrs(None, None, None, 0, trans="T")):
+    try:
+        call()
+    except NotImplementedError as error:
+        print("REFUSED", error)
+"""
+
+
+@pytest.mark.usefixtures("once_per_suite")
+def test_mp_on_gpus_is_opt_in_and_refuses_what_cusolvermp_lacks(fake_cuda):
+    """Backend "mp" on GPUs has not run on hardware: without JAXMG_GPU_MULTIPROCESS=1 it is
+    refused before any work; with it, a machine without NCCL and cuSOLVERMp gets the wheels to
+    install; with them (the emulator), the wrappers carry the job's NCCL id (made by
+    ncclGetUniqueId) and refuse the inverse and transposed solves at trace time, naming the way
+    out. Each in a process of its own: the libraries are opened once per process."""
+    if not jaxmg_cuda.has_cuda_support():
+        pytest.skip("jaxmg_cuda was built without CUDA support")
+
+    def run(folder, opt_in):
+        env = dict(os.environ, JAX_PLATFORMS="cpu")
+        env.pop("JAXMG_GPU_MULTIPROCESS", None)
+        if opt_in:
+            env["JAXMG_GPU_MULTIPROCESS"] = "1"
+        done = subprocess.run(
+            [sys.executable, "-c", _MP_GPU_SCRIPT, folder],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    out = run(str(fake_cuda), opt_in=False)
+    assert out.startswith("NotImplementedError jaxmg.potrs: backend='mp' on GPUs"), out
+    assert "not yet run on GPU hardware" in out and "JAXMG_GPU_MULTIPROCESS=1" in out, out
+    if jaxmg_cuda.load_cuda_libraries() != "":  # no CUDA libraries here: the message says what
+        out = run("-", opt_in=True)
+        assert out.startswith("RuntimeError jaxmg.potrs: ") and "pip install" in out, out
+    out = run(str(fake_cuda), opt_in=True)
+    assert "ID (16,) potrs" in out, out
+    refused = [line for line in out.splitlines() if line.startswith("REFUSED")]
+    assert len(refused) == 2, out
+    assert "has no inverse (potri" in refused[0], out
+    assert "has no solve with A^T or A^H" in refused[1], out
+
+
+@pytest.mark.usefixtures("once_per_suite")
 def test_distinct_calls_get_distinct_call_ids(cpu_devices):
     """Two calls in one program never meet: each traced call carries a new call_id."""
     mesh = jax.make_mesh((1,), ("x",), devices=cpu_devices[:1])
@@ -852,11 +949,16 @@ def _dead_pid():
     return int(done.stdout)
 
 
+JOB = 0x5EED
+
+
 def _shm_ours():
-    return {p for p in os.listdir("/dev/shm") if p.startswith(f"jaxmg-{os.geteuid()}-")}
+    """The segments of JOB, the job of these tests (other processes may hold others)."""
+    prefix = f"jaxmg-{os.geteuid()}-{JOB:016x}-"
+    return {p for p in os.listdir("/dev/shm") if p.startswith(prefix)}
 
 
-def _one_of_two(position, pids, job=0x5EED):
+def _one_of_two(position, pids, job=JOB):
     """Mesh position ``position`` of a 2-process potrs, run here on one CPU device."""
     n, tile = 8, 2
     block = to_cyclic(hermitian_pd(n, np.float64), 2, tile).reshape(2, -1, n)[position]

@@ -89,6 +89,11 @@ bool OpenPair(void** rt, void** mg, std::string* error) {
 
 }  // namespace
 
+void* OpenLibrary(const std::string& name, std::string* tried) {
+  std::lock_guard<std::mutex> lock(load_mu);
+  return Open(name, tried);
+}
+
 void SetLibraryDirs(const std::vector<std::string>& dirs) {
   std::lock_guard<std::mutex> lock(load_mu);
   *library_dirs = dirs;
@@ -112,13 +117,8 @@ const Api* Load(std::string* error) {
   }
   auto table = std::make_unique<Api>();
   std::string missing;
-  auto bind = [&](void* lib, const char* name, auto& slot) {
-    void* sym = lib != nullptr ? dlsym(lib, name) : nullptr;
-    if (sym == nullptr) missing += std::string(" ") + name;
-    slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(sym);
-  };
-#define JAXMG_BIND_RT(ret, name, params) bind(rt, #name, table->name);
-#define JAXMG_BIND_MG(ret, name, params) bind(mg, #name, table->name);
+#define JAXMG_BIND_RT(ret, name, params) Bind(rt, #name, table->name, &missing);
+#define JAXMG_BIND_MG(ret, name, params) Bind(mg, #name, table->name, &missing);
   JAXMG_CUDART_FUNCTIONS(JAXMG_BIND_RT)
   JAXMG_CUSOLVERMG_FUNCTIONS(JAXMG_BIND_MG)
 #undef JAXMG_BIND_RT

@@ -5,6 +5,8 @@
 #ifndef JAXMG_CUDA_INTERNAL_H_
 #define JAXMG_CUDA_INTERNAL_H_
 
+#include <dlfcn.h>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -18,6 +20,31 @@
 namespace jaxmg {
 
 using cuda::Api;
+
+// The CUDA data type of an element type (cuSolverMg's and cuSOLVERMp's dataType/computeType).
+inline cuda::cudaDataType CudaDataType(Dtype d) {
+  switch (d) {
+    case Dtype::kF32: return cuda::CUDA_R_32F;
+    case Dtype::kF64: return cuda::CUDA_R_64F;
+    case Dtype::kC64: return cuda::CUDA_C_32F;
+    case Dtype::kC128: return cuda::CUDA_C_64F;
+  }
+  return cuda::CUDA_R_64F;
+}
+
+namespace cuda {
+// Looks `name` up in `lib` into `slot`; a missing name is appended to `missing`.
+template <typename Slot>
+void Bind(void* lib, const char* name, Slot& slot, std::string* missing) {
+  void* symbol = lib != nullptr ? dlsym(lib, name) : nullptr;
+  if (symbol == nullptr) *missing += std::string(" ") + name;
+  slot = reinterpret_cast<Slot>(symbol);
+}
+
+// Opens a library by soname from the folders the package set (SetCudaLibraryDirs), else the
+// loader's path, RTLD_GLOBAL; nullptr with what was tried appended to `tried`.
+void* OpenLibrary(const std::string& name, std::string* tried);
+}  // namespace cuda
 
 const char* CusolverStatusName(int status);
 

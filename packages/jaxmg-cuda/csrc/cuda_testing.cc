@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -17,6 +18,7 @@
 
 #include "common.h"
 #include "cuda_internal.h"
+#include "cusolvermp.h"
 #include "protocol.h"
 
 namespace jaxmg {
@@ -169,19 +171,23 @@ Outcome Download(const Api* api, const char* src, size_t bytes, std::string* out
   return {};
 }
 
+// What runs a position's staged operands: the handler's body, on the position's stream.
+using HandlerBody = std::function<ffi::Error(const Operands&, StagedPosition&, int ordinal)>;
+
 // Position i of `c` (mesh position c.positions[i]) on its own thread; fills result slot i.
 void RunPositionOnHost(const Api* api, const HostCall& c, ffi::DataType type, Dtype dtype, size_t i,
-                       HostResult* out) {
+                       HostResult* out, const HandlerBody& body) {
   const int position = c.positions[i];
-  const int ordinal = static_cast<int>(c.device_ids[position]);
+  const int ordinal = static_cast<int>(c.device_ids[c.grid.empty() ? position : 0]);
   const size_t esize = ElementSize(dtype);
   const Routine& routine = *RoutineNamed(c.op);
   const bool rhs = routine.rhs, syevd = routine.eigenvalues;
-  const size_t a_bytes = static_cast<size_t>(c.local * c.n) * esize;
+  const int64_t width = c.lld > 0 ? c.lld : c.n;  // a's second dimension
+  const size_t a_bytes = static_cast<size_t>(c.local * width) * esize;
   const size_t b_bytes = rhs ? static_cast<size_t>(c.nrhs * c.n) * esize : 0;
   const size_t w_bytes = syevd ? static_cast<size_t>(c.n) * RealElementSize(dtype) : 0;
-  const size_t ipiv_bytes =
-      routine.pivots != Pivots::kNone ? static_cast<size_t>(c.local) * sizeof(int32_t) : 0;
+  const size_t pivots = static_cast<size_t>(c.ipiv_len > 0 ? c.ipiv_len : c.local);
+  const size_t ipiv_bytes = routine.pivots != Pivots::kNone ? pivots * sizeof(int32_t) : 0;
 
   StagedPosition staged(api, ordinal);
   const size_t a_in = staged.Reserve(a_bytes), a_out = c.aliased ? a_in : staged.Reserve(a_bytes);
@@ -213,7 +219,7 @@ void RunPositionOnHost(const Api* api, const HostCall& c, ffi::DataType type, Dt
     return;
   }
 
-  int64_t a_dims[2] = {c.local, c.n}, b_dims[2] = {c.nrhs, c.n}, w_dims[1] = {c.n};
+  int64_t a_dims[2] = {c.local, width}, b_dims[2] = {c.nrhs, c.n}, w_dims[1] = {c.n};
   XLA_FFI_Buffer a_buffer{XLA_FFI_Buffer_STRUCT_SIZE,
                           nullptr,
                           static_cast<XLA_FFI_DataType>(type),
@@ -241,7 +247,7 @@ void RunPositionOnHost(const Api* api, const HostCall& c, ffi::DataType type, Dt
   o.call_id = c.call_id;
   if (routine.pivots != Pivots::kNone) {
     o.ipiv = reinterpret_cast<int32_t*>(staged.at(ipiv_at));
-    o.ipiv_count = static_cast<size_t>(c.local);
+    o.ipiv_count = pivots;
   }
   o.trans = c.trans;
   if (rhs) {
@@ -260,10 +266,7 @@ void RunPositionOnHost(const Api* api, const HostCall& c, ffi::DataType type, Dt
   o.to_cyclic = ffi::Span<const int64_t>(c.to_cyclic);
   o.from_cyclic = ffi::Span<const int64_t>(c.from_cyclic);
 
-  std::unique_ptr<Device> device = MakeCudaDevice(
-      api, "", staged.stream(), ordinal, [&staged](size_t bytes) { return staged.Scratch(bytes); });
-  std::unique_ptr<Backend> backend = MakeCudaBackend(api);
-  ffi::Error e = Participate(o, *device, *backend, kMaxCudaDevices);
+  ffi::Error e = body(o, staged, ordinal);
   if (e.failure()) out->errors[i] = e.message();
 
   Outcome back = [&]() -> Outcome {
@@ -300,13 +303,21 @@ bool RunCudaOnHost(const HostCall& c, HostResult* out, std::string* error) {
   else if (c.a.size() != count || (routine->rhs && c.b.size() != count) ||
            (routine->pivots == Pivots::kIn && c.ipiv.size() != count))
     bad << "one a (and b, pivots where the routine takes them) per position run";
+  const int64_t width = c.lld > 0 ? c.lld : c.n;
+  const size_t pivots = static_cast<size_t>(c.ipiv_len > 0 ? c.ipiv_len : c.local);
+  if (bad.str().empty() && !c.grid.empty() &&
+      (c.grid.size() != 2 || count != 1 || c.nccl_id.size() != 16 || c.device_ids.size() != 1))
+    bad << "with a grid (cuSOLVERMp): grid (rows, cols), one position (this process's), its one "
+           "device id and the NCCL id as 16 int64";
   for (size_t i = 0; bad.str().empty() && i < count; ++i) {
-    if (c.positions[i] < 0 || c.positions[i] >= static_cast<int>(c.device_ids.size()))
-      bad << "position " << c.positions[i] << " is not on the mesh axis";
-    else if (c.a[i].size() != static_cast<size_t>(c.local * c.n) * esize)
-      bad << "a[" << i << "] must hold L x N = " << c.local << " x " << c.n << " elements";
-    else if (routine->pivots == Pivots::kIn && c.ipiv[i].size() != c.local * sizeof(int32_t))
-      bad << "ipiv[" << i << "] must hold L = " << c.local << " int32";
+    const int64_t span =
+        c.grid.empty() ? static_cast<int64_t>(c.device_ids.size()) : c.grid[0] * c.grid[1];
+    if (c.positions[i] < 0 || c.positions[i] >= span)
+      bad << "position " << c.positions[i] << " is not on the mesh axis or grid";
+    else if (c.a[i].size() != static_cast<size_t>(c.local * width) * esize)
+      bad << "a[" << i << "] must hold " << c.local << " x " << width << " elements";
+    else if (routine->pivots == Pivots::kIn && c.ipiv[i].size() != pivots * sizeof(int32_t))
+      bad << "ipiv[" << i << "] must hold " << pivots << " int32";
     else if (routine->rhs && c.b[i].size() != static_cast<size_t>(c.nrhs * c.n) * esize)
       bad << "b[" << i << "] must hold nrhs x N = " << c.nrhs << " x " << c.n << " elements";
   }
@@ -322,10 +333,26 @@ bool RunCudaOnHost(const HostCall& c, HostResult* out, std::string* error) {
   out->ipiv.assign(count, {});
   out->status.assign(count, -1);
   out->errors.assign(count, {});
+  HandlerBody body;
+  if (c.grid.empty()) {  // cuSolverMg: the protocol, with the leader's library
+    body = [api](const Operands& o, StagedPosition& staged, int ordinal) {
+      std::unique_ptr<Device> device =
+          MakeCudaDevice(api, "", staged.stream(), ordinal,
+                         [&staged](size_t bytes) { return staged.Scratch(bytes); });
+      std::unique_ptr<Backend> backend = MakeCudaBackend(api);
+      return Participate(o, *device, *backend, kMaxCudaDevices);
+    };
+  } else {  // cuSOLVERMp: this process's one position
+    MpGrid grid{c.n, c.grid[0], c.grid[1]};
+    body = [grid, &c](const Operands& o, StagedPosition& staged, int ordinal) {
+      return RunOnCusolverMp(o, grid, ffi::Span<const int64_t>(c.nccl_id), staged.stream(), ordinal,
+                             [&staged](size_t bytes) { return staged.Scratch(bytes); });
+    };
+  }
   std::vector<std::thread> threads;
   for (size_t i = 0; i < count; ++i)
     threads.emplace_back(RunPositionOnHost, api, std::cref(c), type->second.first,
-                         type->second.second, i, out);
+                         type->second.second, i, out, std::cref(body));
   for (std::thread& t : threads) t.join();
   return true;
 }

@@ -22,16 +22,6 @@
 namespace jaxmg {
 namespace {
 
-cuda::cudaDataType MgType(Dtype d) {
-  switch (d) {
-    case Dtype::kF32: return cuda::CUDA_R_32F;
-    case Dtype::kF64: return cuda::CUDA_R_64F;
-    case Dtype::kC64: return cuda::CUDA_C_32F;
-    case Dtype::kC128: return cuda::CUDA_C_64F;
-  }
-  return cuda::CUDA_R_64F;
-}
-
 cuda::cudaDataType MgRealType(Dtype d) {
   return RealElementSize(d) == 4 ? cuda::CUDA_R_32F : cuda::CUDA_R_64F;
 }
@@ -460,7 +450,7 @@ class CudaBackend final : public Backend {
     if (Outcome o = Context(c, &ctx); !o.ok) return o;
     std::lock_guard<std::mutex> lock(ctx->mu());
     DeviceGuard guard(api_);
-    Matrix m{api_,    c,   ctx,    MgType(c.dtype),
+    Matrix m{api_,    c,   ctx,    CudaDataType(c.dtype),
              nullptr, c.a, c.work, std::vector<int*>(c.ipiv.begin(), c.ipiv.end())};
     if (Outcome o = ctx->Desc(c.n, c.n, c.tile, m.type, &m.desc_a); !o.ok) return o;
     return fn(m);

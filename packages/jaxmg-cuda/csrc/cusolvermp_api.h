@@ -39,6 +39,11 @@ constexpr ncclResult_t ncclSuccess = 0;
 
 typedef struct ncclComm* ncclComm_t;
 
+// The element types and the reduction of ncclAllReduce that jaxmg uses (complex values travel
+// as pairs of reals).
+enum ncclDataType_t { ncclFloat32 = 7, ncclFloat64 = 8 };
+enum ncclRedOp_t { ncclSum = 0 };
+
 // The rendezvous token: rank 0 makes it, every rank passes the same bytes, by value.
 constexpr int kNcclUniqueIdBytes = 128;  // NCCL_UNIQUE_ID_BYTES
 struct ncclUniqueId {
@@ -60,10 +65,12 @@ enum cusolverMpGridMapping_t {
 // Every function, one list per library: X(return type, name, (parameters)), the same form as
 // cuda_api.h's lists. They are the single source of the MpApi table below and of the check
 // against NVIDIA's headers and libraries (cusolvermp_api_check.cc, `nox -s cuda_abi`).
-#define JAXMG_NCCL_FUNCTIONS(X)                                            \
-  X(ncclResult_t, ncclGetUniqueId, (ncclUniqueId*))                        \
-  X(ncclResult_t, ncclCommInitRank, (ncclComm_t*, int, ncclUniqueId, int)) \
-  X(ncclResult_t, ncclCommDestroy, (ncclComm_t))                           \
+#define JAXMG_NCCL_FUNCTIONS(X)                                                          \
+  X(ncclResult_t, ncclGetUniqueId, (ncclUniqueId*))                                      \
+  X(ncclResult_t, ncclCommInitRank, (ncclComm_t*, int, ncclUniqueId, int))               \
+  X(ncclResult_t, ncclCommDestroy, (ncclComm_t))                                         \
+  X(ncclResult_t, ncclAllReduce,                                                         \
+    (const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t)) \
   X(const char*, ncclGetErrorString, (ncclResult_t))
 
 // Parameters, in order (A, B, Q: pointer to the local array, IA, JA: 1-based global offset,
@@ -84,6 +91,7 @@ enum cusolverMpGridMapping_t {
 #define JAXMG_CUSOLVERMP_FUNCTIONS(X)                                                             \
   X(cusolverStatus_t, cusolverMpCreate, (cusolverMpHandle_t*, int, cudaStream_t))                 \
   X(cusolverStatus_t, cusolverMpDestroy, (cusolverMpHandle_t))                                    \
+  X(cusolverStatus_t, cusolverMpSetStream, (cusolverMpHandle_t, cudaStream_t))                    \
   X(cusolverStatus_t, cusolverMpCreateDeviceGrid,                                                 \
     (cusolverMpHandle_t, cusolverMpGrid_t*, ncclComm_t, int32_t, int32_t,                         \
      cusolverMpGridMapping_t))                                                                    \

@@ -42,6 +42,8 @@ namespace c = jaxmg::cuda;
   M(c::cublasFillMode_t, ::cublasFillMode_t)                                                   \
   M(c::cublasOperation_t, ::cublasOperation_t)                                                 \
   M(c::cusolverMpGridMapping_t, ::cusolverMpGridMapping_t)                                     \
+  M(c::ncclDataType_t, ::ncclDataType_t)                                                       \
+  M(c::ncclRedOp_t, ::ncclRedOp_t)                                                             \
   M(c::ncclUniqueId, ::ncclUniqueId)                                                           \
   M(std::remove_pointer_t<c::ncclComm_t>, std::remove_pointer_t<::ncclComm_t>)                 \
   M(std::remove_pointer_t<c::cusolverMpHandle_t>, std::remove_pointer_t<::cusolverMpHandle_t>) \
@@ -87,6 +89,9 @@ JAXMG_CUSOLVERMP_FUNCTIONS(JAXMG_CHECK_CUSOLVERMP)
 #define JAXMG_SAME_VALUE(name) JAXMG_ABI_SAME_VALUE("cusolvermp_api.h", c, name)
 
 JAXMG_SAME_VALUE(ncclSuccess);
+JAXMG_SAME_VALUE(ncclFloat32);
+JAXMG_SAME_VALUE(ncclFloat64);
+JAXMG_SAME_VALUE(ncclSum);
 JAXMG_SAME_VALUE(CUSOLVERMP_GRID_MAPPING_ROW_MAJOR);
 JAXMG_SAME_VALUE(CUSOLVERMP_GRID_MAPPING_COL_MAJOR);
 static_assert(c::kNcclUniqueIdBytes == NCCL_UNIQUE_ID_BYTES,

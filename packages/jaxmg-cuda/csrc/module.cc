@@ -2,7 +2,6 @@
 // and small introspection hooks for the tests.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
-
 #include <unistd.h>
 
 #include "common.h"
@@ -15,6 +14,7 @@
 #ifdef JAXMG_WITH_CUDA
 #include "cuda_targets.h"
 #include "cuda_testing.h"
+#include "cusolvermp.h"
 #endif
 
 namespace py = pybind11;
@@ -41,15 +41,22 @@ PYBIND11_MODULE(_jaxmg_cuda, m) {
     for (const auto& [name, handler] : jaxmg::Targets(/*cuda=*/true)) d[name] = Capsule(handler);
     return d;
   });
-  m.def("mp_targets", [] {
-    py::dict d;
-    for (const auto& [name, handler] : jaxmg::MpTargets()) d[name.c_str()] = Capsule(handler);
-    return d;
-  });
-  m.def("scalapack_missing", [] { return jaxmg::ScalapackMissing(); },
-        "'' when ScaLAPACK and BLACS are loaded in this process, else the missing symbols.");
-  m.def("mp_step_backs", [] { return jaxmg::ScalapackStepBacks(); },
-        "How many times a backend 'mp' call of this process stepped back for a smaller one.");
+  m.def(
+      "mp_targets",
+      [](bool cuda) {
+        py::dict d;
+        for (const auto& [name, handler] : jaxmg::MpTargets(cuda))
+          d[name.c_str()] = Capsule(handler);
+        return d;
+      },
+      py::arg("cuda") = false,
+      "Backend 'mp' targets: ScaLAPACK's (CPU) or cuSOLVERMp's (cuda=True; none without CUDA).");
+  m.def(
+      "scalapack_missing", [] { return jaxmg::ScalapackMissing(); },
+      "'' when ScaLAPACK and BLACS are loaded in this process, else the missing symbols.");
+  m.def(
+      "mp_step_backs", [] { return jaxmg::ScalapackStepBacks(); },
+      "How many times a backend 'mp' call of this process stepped back for a smaller one.");
   m.def("has_cuda", [] {
 #ifdef JAXMG_WITH_CUDA
     return true;
@@ -59,7 +66,9 @@ PYBIND11_MODULE(_jaxmg_cuda, m) {
   });
   m.def(
       "register_lapack",
-      [](const std::string& name, py::capsule fn) { jaxmg::RegisterLapack(name, fn.get_pointer()); },
+      [](const std::string& name, py::capsule fn) {
+        jaxmg::RegisterLapack(name, fn.get_pointer());
+      },
       py::arg("name"), py::arg("capsule"));
   m.def(
       "set_cuda_library_dirs",
@@ -103,11 +112,15 @@ PYBIND11_MODULE(_jaxmg_cuda, m) {
       [](const std::string& op, const std::string& dtype, int64_t n, int64_t local, int64_t nrhs,
          int64_t tile, bool vectors, bool aliased, std::vector<int64_t> device_ids,
          std::vector<int> positions, const std::vector<py::bytes>& a,
-         const std::vector<py::bytes>& b, int64_t call_id, int64_t job,
-         std::vector<int64_t> pids, std::vector<int64_t> to_cyclic,
-         std::vector<int64_t> from_cyclic, const std::vector<py::bytes>& ipiv,
-         const std::string& trans) {
+         const std::vector<py::bytes>& b, int64_t call_id, int64_t job, std::vector<int64_t> pids,
+         std::vector<int64_t> to_cyclic, std::vector<int64_t> from_cyclic,
+         const std::vector<py::bytes>& ipiv, const std::string& trans, std::vector<int64_t> grid,
+         int64_t lld, int64_t ipiv_len, std::vector<int64_t> nccl_id) {
         jaxmg::HostCall call;
+        call.grid = std::move(grid);
+        call.lld = lld;
+        call.ipiv_len = ipiv_len;
+        call.nccl_id = std::move(nccl_id);
         for (const py::bytes& x : ipiv) call.ipiv.push_back(x);
         if (trans.size() != 1) throw std::invalid_argument("trans must be 'N', 'T' or 'C'");
         call.trans = trans[0];
@@ -154,16 +167,32 @@ PYBIND11_MODULE(_jaxmg_cuda, m) {
       py::arg("tile"), py::arg("vectors"), py::arg("aliased"), py::arg("device_ids"),
       py::arg("positions"), py::arg("a"), py::arg("b"), py::arg("call_id"), py::arg("job"),
       py::arg("pids"), py::arg("to_cyclic") = std::vector<int64_t>{},
-      py::arg("from_cyclic") = std::vector<int64_t>{},
-      py::arg("ipiv") = std::vector<py::bytes>{}, py::arg("trans") = std::string("N"),
+      py::arg("from_cyclic") = std::vector<int64_t>{}, py::arg("ipiv") = std::vector<py::bytes>{},
+      py::arg("trans") = std::string("N"), py::arg("grid") = std::vector<int64_t>{},
+      py::arg("lld") = 0, py::arg("ipiv_len") = 0, py::arg("nccl_id") = std::vector<int64_t>{},
       "Test hook: one call of the CUDA path outside XLA on host bytes (cuda_testing.h, "
-      "RunCudaOnHost); a dict of per-position outputs and errors.");
+      "RunCudaOnHost), on cuSolverMg or, with a grid, on cuSOLVERMp; a dict of per-position "
+      "outputs and errors.");
+  m.def(
+      "nccl_unique_id",
+      [] {
+        std::string id, error;
+        bool made;
+        {
+          py::gil_scoped_release release;
+          made = jaxmg::NcclUniqueId(&id, &error);
+        }
+        if (!made) throw std::runtime_error(error);
+        return py::bytes(id);
+      },
+      "ncclGetUniqueId's 128 bytes (loads the CUDA runtime, NCCL and cuSOLVERMp on first use).");
 #endif
   m.def("check_library_sizes", &jaxmg::CheckLibrarySizes, py::arg("n"), py::arg("local"),
         py::arg("tile"), py::arg("nrhs"),
         "Test hook: \"\" when N, L, T_A and nrhs fit the library's int arguments, else why not.");
-  m.def("open_meetings", [] { return jaxmg::Registry::Get().open_meetings(); },
-        "Calls waiting for participants right now (0 between calls).");
+  m.def(
+      "open_meetings", [] { return jaxmg::Registry::Get().open_meetings(); },
+      "Calls waiting for participants right now (0 between calls).");
   m.def(
       "create_shared_memory",
       [](uint64_t bytes) {

@@ -1,12 +1,16 @@
 // The native entry of every routine: its row of the table (routines.h), its operands and its
 // FFI handlers, bound from one description: the CPU twin and cuSolverMg (backend "mg", the
-// target jaxmg_<name>), and ScaLAPACK over MPI (backend "mp", jaxmg_mp_<name>, scalapack.h).
+// target jaxmg_<name>), and ScaLAPACK over MPI on CPUs and cuSOLVERMp over NCCL on CUDA
+// (backend "mp", jaxmg_mp_<name>, scalapack.h and cusolvermp.h).
 #include "routines.h"
 
 #include <cstdint>
 #include <utility>
 #include <vector>
 
+#ifdef JAXMG_WITH_CUDA
+#include "cusolvermp.h"
+#endif
 #include "platforms.h"
 #include "protocol.h"
 #include "scalapack.h"
@@ -240,6 +244,19 @@ struct Entry<Build> {
     return RunOnScalapack(Build(at, args...),
                           MpGrid{n, grid[0], grid[1], blocks != 0, blocks != kBlocksDiscard});
   }
+#ifdef JAXMG_WITH_CUDA
+  // Backend "mp" on GPUs: cuSOLVERMp over the NCCL communicator of `nccl_id` (cusolvermp.h).
+  static ffi::Error MpCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator scratch,
+                           Args... args, int64_t tile, int64_t n, Span grid, int64_t blocks,
+                           int64_t call_id, Span nccl_id) {
+    const Attrs at{tile, Span(), call_id, 0, Span(), Span(), Span()};
+    if (grid.size() != 2) return Fail("grid must be (rows, cols)");
+    return RunOnCusolverMp(Build(at, args...),
+                           MpGrid{n, grid[0], grid[1], blocks != 0, blocks != kBlocksDiscard},
+                           nccl_id, stream, ordinal,
+                           [&scratch](size_t bytes) { return scratch.Allocate(bytes, 256); });
+  }
+#endif
 };
 
 template <typename B>
@@ -267,6 +284,12 @@ auto WithAttrs(B b) {
 
 auto CpuContext() { return ffi::Ffi::Bind().Ctx<ffi::RunId>(); }
 auto MpContext() { return ffi::Ffi::Bind(); }
+auto MpCudaContext() {
+  return ffi::Ffi::Bind()
+      .Ctx<ffi::PlatformStream<cudaStream_t>>()  // XLA's stream
+      .Ctx<ffi::DeviceOrdinal>()                 // this GPU
+      .Ctx<ffi::ScratchAllocator>();             // B, pivots, workspaces
+}
 // Never declare the command-buffer trait: a handler meets other devices' handlers.
 auto CudaContext() {
   return ffi::Ffi::Bind()
@@ -292,59 +315,75 @@ auto CudaContext() {
 #define JAXMG_MP_TARGET(Name)                                                      \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgMp##Name##Cpu, jaxmg::Entry<jaxmg::Name>::Mp, \
                                 jaxmg::WithMpAttrs(jaxmg::Name##Binding(jaxmg::MpContext())))
+#ifdef JAXMG_WITH_CUDA
+#define JAXMG_MP_CUDA_TARGET(Name)                                     \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(                                       \
+      JaxmgMp##Name##Cuda, jaxmg::Entry<jaxmg::Name>::MpCuda,          \
+      jaxmg::WithMpAttrs(jaxmg::Name##Binding(jaxmg::MpCudaContext())) \
+          .Attr<jaxmg::Span>("nccl_id"))  // the NCCL unique id, 16 int64
+#else
+#define JAXMG_MP_CUDA_TARGET(Name)
+#endif
 #define JAXMG_TARGET(Name) \
   JAXMG_CPU_TARGET(Name);  \
   JAXMG_CUDA_TARGET(Name); \
-  JAXMG_MP_TARGET(Name)
+  JAXMG_MP_TARGET(Name);   \
+  JAXMG_MP_CUDA_TARGET(Name)
 
-JAXMG_TARGET(Potrs);
-JAXMG_TARGET(Potri);
-JAXMG_TARGET(Syevd);
-JAXMG_TARGET(Potrf);
-JAXMG_TARGET(PotrsFactored);
-JAXMG_TARGET(PotriFactored);
-JAXMG_TARGET(Getrf);
-JAXMG_TARGET(Getrs);
+// Every routine, by the name of its operand function (Op::k<Name>).
+#define JAXMG_ROUTINES(X) \
+  X(Potrs) X(Potri) X(Syevd) X(Potrf) X(PotrsFactored) X(PotriFactored) X(Getrf) X(Getrs)
+
+#define JAXMG_DEFINE(Name) JAXMG_TARGET(Name);
+JAXMG_ROUTINES(JAXMG_DEFINE)
+#undef JAXMG_DEFINE
 
 namespace jaxmg {
+namespace {
+
+// One routine's handlers: backend "mg" and "mp", each on CPUs and CUDA (nullptr without CUDA).
+struct Handlers {
+  Op op;
+  void* cpu;
+  void* cuda;
+  void* mp_cpu;
+  void* mp_cuda;
+};
+
+#ifdef JAXMG_WITH_CUDA
+#define JAXMG_CUDA_HANDLER(symbol) reinterpret_cast<void*>(symbol)
+#else
+#define JAXMG_CUDA_HANDLER(symbol) nullptr
+#endif
+
+const std::vector<Handlers>& AllHandlers() {
+#define JAXMG_ROW(Name)                                                                        \
+  Handlers{Op::k##Name, reinterpret_cast<void*>(Jaxmg##Name##Cpu),                             \
+           JAXMG_CUDA_HANDLER(Jaxmg##Name##Cuda), reinterpret_cast<void*>(JaxmgMp##Name##Cpu), \
+           JAXMG_CUDA_HANDLER(JaxmgMp##Name##Cuda)},
+  static const auto* table = new std::vector<Handlers>{JAXMG_ROUTINES(JAXMG_ROW)};
+#undef JAXMG_ROW
+  return *table;
+}
+#undef JAXMG_CUDA_HANDLER
+
+}  // namespace
 
 std::vector<std::pair<const char*, void*>> Targets(bool cuda) {
   std::vector<std::pair<const char*, void*>> out;
-  auto add = [&](Op op, void* cpu, void* gpu) {
-    out.emplace_back(RoutineOf(op).target.c_str(), cuda ? gpu : cpu);
-  };
-#ifdef JAXMG_WITH_CUDA
-#define JAXMG_BOTH(Name) \
-  reinterpret_cast<void*>(Jaxmg##Name##Cpu), reinterpret_cast<void*>(Jaxmg##Name##Cuda)
-#else
-#define JAXMG_BOTH(Name) reinterpret_cast<void*>(Jaxmg##Name##Cpu), nullptr
-#endif
-  add(Op::kPotrs, JAXMG_BOTH(Potrs));
-  add(Op::kPotri, JAXMG_BOTH(Potri));
-  add(Op::kSyevd, JAXMG_BOTH(Syevd));
-  add(Op::kPotrf, JAXMG_BOTH(Potrf));
-  add(Op::kPotrsFactored, JAXMG_BOTH(PotrsFactored));
-  add(Op::kPotriFactored, JAXMG_BOTH(PotriFactored));
-  add(Op::kGetrf, JAXMG_BOTH(Getrf));
-  add(Op::kGetrs, JAXMG_BOTH(Getrs));
-#undef JAXMG_BOTH
-  if (cuda && out.front().second == nullptr) out.clear();
+  for (const Handlers& h : AllHandlers()) {
+    void* handler = cuda ? h.cuda : h.cpu;
+    if (handler != nullptr) out.emplace_back(RoutineOf(h.op).target.c_str(), handler);
+  }
   return out;
 }
 
-std::vector<std::pair<std::string, void*>> MpTargets() {
+std::vector<std::pair<std::string, void*>> MpTargets(bool cuda) {
   std::vector<std::pair<std::string, void*>> out;
-  auto add = [&](Op op, auto* handler) {
-    out.emplace_back("jaxmg_mp_" + RoutineOf(op).name, reinterpret_cast<void*>(handler));
-  };
-  add(Op::kPotrs, JaxmgMpPotrsCpu);
-  add(Op::kPotri, JaxmgMpPotriCpu);
-  add(Op::kSyevd, JaxmgMpSyevdCpu);
-  add(Op::kPotrf, JaxmgMpPotrfCpu);
-  add(Op::kPotrsFactored, JaxmgMpPotrsFactoredCpu);
-  add(Op::kPotriFactored, JaxmgMpPotriFactoredCpu);
-  add(Op::kGetrf, JaxmgMpGetrfCpu);
-  add(Op::kGetrs, JaxmgMpGetrsCpu);
+  for (const Handlers& h : AllHandlers()) {
+    void* handler = cuda ? h.mp_cuda : h.mp_cpu;
+    if (handler != nullptr) out.emplace_back("jaxmg_mp_" + RoutineOf(h.op).name, handler);
+  }
   return out;
 }
 

@@ -86,8 +86,9 @@ const Routine& RoutineOf(Op op);
 // Every routine's FFI target: (name, handler) for the CPU twin, or for CUDA (none when built
 // without CUDA).
 std::vector<std::pair<const char*, void*>> Targets(bool cuda);
-// Backend "mp" on CPUs (ScaLAPACK over MPI, scalapack.h): (name, handler), jaxmg_mp_<name>.
-std::vector<std::pair<std::string, void*>> MpTargets();
+// Backend "mp": (name, handler), jaxmg_mp_<name>, on CPUs (ScaLAPACK over MPI, scalapack.h) or
+// on CUDA (cuSOLVERMp over NCCL, cusolvermp.h; none when built without CUDA).
+std::vector<std::pair<std::string, void*>> MpTargets(bool cuda);
 
 }  // namespace jaxmg
 

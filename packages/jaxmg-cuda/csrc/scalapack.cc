@@ -474,8 +474,17 @@ class Call {
   Int desc_b_[9] = {};
 };
 
-// Checks of one process's operands against the grid, before any collective.
-std::string Check(const Operands& o, const MpGrid& g, Dtype* dtype) {
+template <typename T>
+Outcome RunTyped(const Operands& o, Local& l, Int context, Int* info) {
+  Call<T> call(o, l, context);
+  return call.Run(info);
+}
+
+void FillNaN(void* data, size_t bytes) { std::memset(data, 0xFF, bytes); }
+
+}  // namespace
+
+std::string CheckMpOperands(const Operands& o, const MpGrid& g, int64_t position, Dtype* dtype) {
   const std::string target = o.target;
   auto type = DtypeOf(o.a->element_type());
   if (!type)
@@ -487,10 +496,8 @@ std::string Check(const Operands& o, const MpGrid& g, Dtype* dtype) {
   if (g.rows < 1 || g.cols < 1)
     return target + ": the grid must have positive dimensions, got " + std::to_string(g.rows) +
            "x" + std::to_string(g.cols);
-  if (o.position == nullptr || o.position_count != 1)
-    return target + ": position must be an int32 scalar (the flat grid position)";
-  if (*o.position < 0 || *o.position >= g.rows * g.cols)
-    return target + ": position " + std::to_string(*o.position) + " is outside the " +
+  if (position < 0 || position >= g.rows * g.cols)
+    return target + ": position " + std::to_string(position) + " is outside the " +
            std::to_string(g.rows) + "x" + std::to_string(g.cols) + " grid";
   if (o.tile < 1) return target + ": T_A must be positive, got " + std::to_string(o.tile);
   if (g.n < 1) return target + ": N must be positive";
@@ -503,16 +510,6 @@ std::string Check(const Operands& o, const MpGrid& g, Dtype* dtype) {
     return target + ": w must be [N] of A's real dtype";
   return "";
 }
-
-template <typename T>
-Outcome RunTyped(const Operands& o, Local& l, Int context, Int* info) {
-  Call<T> call(o, l, context);
-  return call.Run(info);
-}
-
-void FillNaN(void* data, size_t bytes) { std::memset(data, 0xFF, bytes); }
-
-}  // namespace
 
 int64_t ScalapackStepBacks() { return Engine::Get().StepBacks(); }
 
@@ -534,8 +531,12 @@ ffi::Error RunOnScalapack(const Operands& o, const MpGrid& g) {
     return Fail(std::string(o.target) + ": ScaLAPACK is not loaded in this process (missing " +
                 missing + "): call jaxmg_cuda.mp.load() first (pip install 'jaxmg[mpi]')");
   }
+  if (o.position == nullptr || o.position_count != 1)
+    return Fail(std::string(o.target) +
+                ": position must be an int32 scalar (the flat grid position)");
   Dtype dtype;
-  if (std::string error = Check(o, g, &dtype); !error.empty()) return Fail(error);
+  if (std::string error = CheckMpOperands(o, g, *o.position, &dtype); !error.empty())
+    return Fail(error);
   if (o.a->untyped_data() != o.a_out) std::memcpy(o.a_out, o.a->untyped_data(), o.a->size_bytes());
   if (o.routine->rhs && o.b->untyped_data() != o.x_out)
     std::memcpy(o.x_out, o.b->untyped_data(), o.b->size_bytes());

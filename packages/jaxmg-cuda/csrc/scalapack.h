@@ -45,6 +45,12 @@ struct MpGrid {
 //   w     [N] real (syevd), on every process.
 ffi::Error RunOnScalapack(const Operands& operands, const MpGrid& grid);
 
+// The checks both engines (this one and cusolvermp.h's) make of one process's operands before
+// any collective: "" when they fit the grid, else what is wrong. `position` is the value of
+// the position operand (device memory on GPUs, read by the caller); `dtype` gets A's type.
+std::string CheckMpOperands(const Operands& operands, const MpGrid& grid, int64_t position,
+                            Dtype* dtype);
+
 // "" when the ScaLAPACK and BLACS symbols are loaded in this process, else what is missing.
 std::string ScalapackMissing();
 

@@ -11,14 +11,21 @@
 // not cuSolverMg's rounding. Only the lower triangle (uplo = LOWER) and square getrf (M == N)
 // are emulated, because that is all jaxmg uses.
 //
-// Build as one library and make libcudart.so.13, libcusolverMg.so.12 and libcuda.so.1 links to it:
+// fake_cusolvermp.cc, built into the same library, emulates the NCCL and cuSOLVERMp functions
+// (cusolvermp_api.h) on these devices and streams, with MKL's ScaLAPACK over MPI for the numbers;
+// it reaches this file's state through fake_cuda.h.
+//
+// Build as one library and make libcudart.so.13, libcusolverMg.so.12, libcuda.so.1,
+// libcusolverMp.so.0 and libnccl.so.2 links to it:
 //   c++ -std=c++17 -O1 -g -shared -fPIC -Wl,-soname,libfakecuda.so -o libfakecuda.so
-//       fake_cuda.cc -lpthread
+//       fake_cuda.cc fake_cusolvermp.cc -lpthread -ldl
 // FAKECUDA_DEVICES (1..16, default 16) sets the number of emulated devices.
 // FAKECUDA_NOT_PD_STATUS, FAKECUDA_NOT_PD_ZERO_INFO: see cusolverMgPotrf below.
 // FAKECUDA_PEER_ERROR=e: cudaDeviceEnablePeerAccess fails with cudaError e (e.g. 711,
 // cudaErrorTooManyPeers), and copies between devices without peer access are allowed, as real
 // CUDA stages them through host memory.
+#include "fake_cuda.h"
+
 #include <fcntl.h>
 #include <strings.h>
 #include <sys/mman.h>
@@ -761,6 +768,49 @@ int DestroyObject(std::set<void*>* live, void* object, const char* fn, const cha
   return kSuccess;
 }
 }  // namespace
+
+// =============================================================================================
+// The state that fake_cusolvermp.cc shares (fake_cuda.h).
+namespace fakecuda {
+
+std::unique_lock<std::mutex> LockState() { return std::unique_lock<std::mutex>(mu); }
+void RecordViolation(const char* fn, const std::string& what) { Violation(fn, what); }
+int CurrentDevice() { return current; }
+bool ValidDevice(int device) { return ::ValidDevice(device); }
+int DeviceOfLocked(const void* p) { return DeviceOf(p); }
+bool InOneAllocationLocked(const void* p, size_t bytes) { return InOne(p, bytes); }
+
+int StreamDeviceLocked(const void* stream) {
+  auto* s = static_cast<Stream*>(const_cast<void*>(stream));
+  return s != nullptr && streams->count(s) != 0 ? s->device : -1;
+}
+
+void SynchronizeStreamLocked(const void* stream) {
+  Drain(static_cast<Stream*>(const_cast<void*>(stream)));
+}
+
+long QueuedElsewhereLocked(const void* stream, const void* p, size_t bytes) {  // NOLINT
+  const auto base = reinterpret_cast<uintptr_t>(p);
+  long n = 0;  // NOLINT(runtime/int)
+  for (Stream* s : *streams) {
+    if (s == stream) continue;
+    for (const Op& op : s->queue)
+      n += std::any_of(op.device_ranges.begin(), op.device_ranges.end(), [&](auto& r) {
+        return r.first < base + bytes && base < r.first + r.second;
+      });
+  }
+  return n;
+}
+
+void EnqueueWriteLocked(const void* stream, void* dst, std::vector<char> bytes) {
+  auto* s = static_cast<Stream*>(const_cast<void*>(stream));
+  const size_t n = bytes.size();
+  Op op{false, static_cast<char*>(dst), nullptr, std::move(bytes), n, 0, {}};
+  op.device_ranges.push_back({reinterpret_cast<uintptr_t>(dst), n});
+  s->queue.push_back(std::move(op));
+}
+
+}  // namespace fakecuda
 
 // =============================================================================================
 // CUDA runtime.

@@ -1,10 +1,14 @@
-"""Backend "mp" on CPUs: ScaLAPACK over MPI, one process per mesh position.
+"""Backend "mp": a distributed engine, one process per mesh position.
 
-The targets ``jaxmg_mp_<routine>`` are registered for the CPU at import; the library itself is
-MKL's ScaLAPACK with BLACS over MPICH, from pip (``pip install 'jaxmg[mpi]'``: ``mkl``,
-``mpich``, ``mpi4py``), opened by :func:`load` before the first call. Processes are started
-by ``mpiexec -n P`` and every one of them takes part in every call (the grid holds every MPI
-process of the job).
+The targets ``jaxmg_mp_<routine>`` are registered at import for two engines with the same
+operands and results. On CPUs: MKL's ScaLAPACK with BLACS over MPICH, from pip (``pip install
+'jaxmg[mpi]'``: ``mkl``, ``mpich``, ``mpi4py``), opened by :func:`load` before the first call;
+processes are started by ``mpiexec -n P`` and every one of them takes part in every call (the
+grid holds every MPI process of the job). On GPUs (NOT YET RUN ON GPU HARDWARE): NVIDIA's
+cuSOLVERMp over an NCCL communicator of jaxmg's own (``pip install nvidia-cusolvermp-cu12
+nvidia-nccl-cu12``, or the ``-cu13`` pair), whose unique id :func:`nccl_id` makes on process 0
+and shares through ``jax.distributed``; the wrappers take it as ``nccl_id``. cuSOLVERMp has no
+redistribution (``blocks``), and no inverse: ``potri`` solves with the identity there.
 
 Local arrays (the wrappers run inside ``jax.shard_map``, one device per process): ``a`` is
 ``[C, LLD]``, the column-major storage of this process's part of the 2D block-cyclic layout
@@ -57,6 +61,8 @@ _handles: list = []
 def _register_targets() -> None:
     for name, capsule in _jaxmg_cuda.mp_targets().items():
         jax.ffi.register_ffi_target(name, capsule, platform="cpu")
+    for name, capsule in _jaxmg_cuda.mp_targets(cuda=True).items():
+        jax.ffi.register_ffi_target(name, capsule, platform="CUDA")
 
 
 _register_targets()
@@ -113,17 +119,49 @@ def load() -> None:
         raise RuntimeError(f"MKL's ScaLAPACK was opened but lacks: {missing}")
 
 
-def _attrs(T_A, n, grid, moves, a_width, blocks, discard=False):
+_nccl_ids: dict[str, np.ndarray] = {}
+
+
+def nccl_id() -> np.ndarray:
+    """The NCCL unique id of this job's communicator on GPUs, as 16 int64: process 0 makes it
+    (``ncclGetUniqueId``) and every process receives it through ``jax.distributed``
+    (``process_allgather``), once per process. Every process must call it (at trace time: they
+    trace the same program). NOT YET RUN ON GPU HARDWARE.
+
+    Raises:
+      RuntimeError: the CUDA runtime, NCCL or cuSOLVERMp cannot be loaded (the message names the
+        wheels to install).
+    """
+    if "job" not in _nccl_ids:
+        import concurrent.futures
+
+        from jax.experimental import multihost_utils
+
+        made = _jaxmg_cuda.nccl_unique_id() if jax.process_index() == 0 else bytes(128)
+        mine = np.frombuffer(made, np.int64)
+        # A collective of its own: run it outside any trace context of this thread.
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="jaxmg-nccl") as pool:
+            every = pool.submit(multihost_utils.process_allgather, mine).result()
+        _nccl_ids["job"] = np.asarray(every, np.int64).reshape(-1, mine.size)[0].copy()
+    return _nccl_ids["job"]
+
+
+def _attrs(T_A, n, grid, moves, a_width, blocks, discard=False, nccl_id=None):
     if moves is not None and any(np.asarray(m).size for m in moves):
         raise ValueError("backend 'mp' takes no in-place moves: relayout in JAX before the call")
+    if nccl_id is not None and blocks:
+        raise ValueError("backend 'mp' on GPUs takes no blocks: relayout in JAX before the call")
     rows, cols = (int(v) for v in grid)
-    return dict(
+    attrs = dict(
         T_A=np.int64(T_A),
         n=np.int64(a_width if n is None else n),
         grid=np.asarray((rows, cols), np.int64),
         blocks=np.int64(2 if blocks and discard else int(bool(blocks))),
         call_id=np.int64(next(_call_ids)),
     )
+    if nccl_id is not None:  # the GPU engine's communicator
+        attrs["nccl_id"] = np.asarray(nccl_id, np.int64).reshape(16)
+    return attrs
 
 
 def _status():
@@ -141,12 +179,24 @@ def _position(position):
 # ``n``: the global order (default ``a.shape[1]``, right on a ``1 x P`` grid). ``blocks``: ``a``
 # (or the factor) is this process's block of JAX's block sharding, ``[N/cols, N/rows]``, which the
 # engine redistributes to ``T_A``-square tiles with ScaLAPACK's p?gemr2d and back (results come
-# back in the block too); else it is the local array of the tiled layout. Every wrapper returns
-# what its ``mg`` namesake returns; status ``k > 0`` as LAPACK's info, NaN outputs then.
+# back in the block too); else it is the local array of the tiled layout. ``nccl_id`` (GPUs only,
+# :func:`nccl_id`) picks cuSOLVERMp's communicator. Every wrapper returns what its ``mg``
+# namesake returns; status ``k > 0`` as LAPACK's info, NaN outputs then.
 
 
 def potrs(
-    a, b, position, *, T_A, grid, n=None, device_ids=None, moves=None, blocks=False, factor=True
+    a,
+    b,
+    position,
+    *,
+    T_A,
+    grid,
+    n=None,
+    device_ids=None,
+    moves=None,
+    blocks=False,
+    factor=True,
+    nccl_id=None,
 ):
     """Cholesky factor and solve: ``(factor, x, status)``. With ``blocks``, ``factor=False``
     (the caller discards it) leaves ``A``'s block in the first output instead, which saves
@@ -157,21 +207,35 @@ def potrs(
         input_output_aliases={0: 0, 1: 1},
         vmap_method="sequential",
     )
-    attrs = _attrs(T_A, n, grid, moves, a.shape[1], blocks, discard=not factor)
+    attrs = _attrs(T_A, n, grid, moves, a.shape[1], blocks, discard=not factor, nccl_id=nccl_id)
     return call(a, b, _position(position), **attrs)
 
 
-def potri(a, position, *, T_A, grid, n=None, device_ids=None, moves=None, blocks=False):
+def potri(
+    a, position, *, T_A, grid, n=None, device_ids=None, moves=None, blocks=False, nccl_id=None
+):
     """Inverse (lower triangle) from ``A``: ``(inverse, status)``."""
     call = jax.ffi.ffi_call(
         "jaxmg_mp_potri", (_like(a), _status()), input_output_aliases={0: 0},
         vmap_method="sequential",
     )  # fmt: skip
-    return call(a, _position(position), **_attrs(T_A, n, grid, moves, a.shape[1], blocks))
+    return call(
+        a, _position(position), **_attrs(T_A, n, grid, moves, a.shape[1], blocks, nccl_id=nccl_id)
+    )
 
 
 def syevd(
-    a, position, *, T_A, grid, vectors=True, n=None, device_ids=None, moves=None, blocks=False
+    a,
+    position,
+    *,
+    T_A,
+    grid,
+    vectors=True,
+    n=None,
+    device_ids=None,
+    moves=None,
+    blocks=False,
+    nccl_id=None,
 ):
     """Eigenvalues and vectors: ``(v, w, status)`` (ScaLAPACK always computes the vectors)."""
     width = a.shape[1] if n is None else n
@@ -183,55 +247,82 @@ def syevd(
     )
     return call(
         a, _position(position), vectors=bool(vectors),
-        **_attrs(T_A, n, grid, moves, a.shape[1], blocks),
+        **_attrs(T_A, n, grid, moves, a.shape[1], blocks, nccl_id=nccl_id),
     )  # fmt: skip
 
 
-def potrf(a, position, *, T_A, grid, n=None, device_ids=None, moves=None, blocks=False):
+def potrf(
+    a, position, *, T_A, grid, n=None, device_ids=None, moves=None, blocks=False, nccl_id=None
+):
     """Cholesky factor (lower): ``(factor, status)``."""
     call = jax.ffi.ffi_call(
         "jaxmg_mp_potrf", (_like(a), _status()), input_output_aliases={0: 0},
         vmap_method="sequential",
     )  # fmt: skip
-    return call(a, _position(position), **_attrs(T_A, n, grid, moves, a.shape[1], blocks))
+    return call(
+        a, _position(position), **_attrs(T_A, n, grid, moves, a.shape[1], blocks, nccl_id=nccl_id)
+    )
 
 
-def potrs_factored(factor, b, position, *, T_A, grid, n=None, device_ids=None, blocks=False):
+def potrs_factored(
+    factor, b, position, *, T_A, grid, n=None, device_ids=None, blocks=False, nccl_id=None
+):
     """Solve with a factor of :func:`potrf`: ``(x, status)``."""
     call = jax.ffi.ffi_call(
         "jaxmg_mp_potrs_factored", (_like(b), _status()), input_output_aliases={1: 0},
         vmap_method="sequential",
     )  # fmt: skip
-    attrs = _attrs(T_A, n, grid, None, factor.shape[1], blocks)
+    attrs = _attrs(T_A, n, grid, None, factor.shape[1], blocks, nccl_id=nccl_id)
     return call(factor, b, _position(position), **attrs)
 
 
 def potri_factored(
-    factor, position, *, T_A, grid, n=None, device_ids=None, moves=None, blocks=False
+    factor, position, *, T_A, grid, n=None, device_ids=None, moves=None, blocks=False, nccl_id=None
 ):
     """Inverse (lower triangle) from a factor of :func:`potrf`: ``(inverse, status)``."""
     call = jax.ffi.ffi_call(
         "jaxmg_mp_potri_factored", (_like(factor), _status()), input_output_aliases={0: 0},
         vmap_method="sequential",
     )  # fmt: skip
-    attrs = _attrs(T_A, n, grid, moves, factor.shape[1], blocks)
+    attrs = _attrs(T_A, n, grid, moves, factor.shape[1], blocks, nccl_id=nccl_id)
     return call(factor, _position(position), **attrs)
 
 
-def getrf(a, position, *, T_A, grid, n=None, device_ids=None, moves=None, blocks=False):
+def getrf(
+    a, position, *, T_A, grid, n=None, device_ids=None, moves=None, blocks=False, nccl_id=None
+):
     """LU with partial pivoting: ``(lu, pivots, status)``, pivots ``[LLD + T_A]`` (``LLD``: the
-    tiled layout's, with ``blocks`` the block's rows rounded up to whole tiles)."""
+    tiled layout's, with ``blocks`` the block's rows rounded up to whole tiles): ScaLAPACK's
+    are distributed along A's rows. cuSOLVERMp's (``nccl_id``) are along its columns:
+    ``[max(LLD, C) + T_A]``."""
     lld = -(-a.shape[1] // T_A) * T_A if blocks else a.shape[1]
+    if nccl_id is not None:
+        lld = max(lld, a.shape[0])
     call = jax.ffi.ffi_call(
         "jaxmg_mp_getrf",
         (_like(a), jax.ShapeDtypeStruct((lld + T_A,), jnp.int32), _status()),
         input_output_aliases={0: 0},
         vmap_method="sequential",
     )
-    return call(a, _position(position), **_attrs(T_A, n, grid, moves, a.shape[1], blocks))
+    return call(
+        a, _position(position), **_attrs(T_A, n, grid, moves, a.shape[1], blocks, nccl_id=nccl_id)
+    )
 
 
-def getrs(lu, pivots, b, position, *, T_A, grid, trans="N", n=None, device_ids=None, blocks=False):
+def getrs(
+    lu,
+    pivots,
+    b,
+    position,
+    *,
+    T_A,
+    grid,
+    trans="N",
+    n=None,
+    device_ids=None,
+    blocks=False,
+    nccl_id=None,
+):
     """Solve ``op(A) x = b`` with a factor of :func:`getrf`: ``(x, status)``."""
     if trans not in ("N", "T", "C"):
         raise ValueError(f"trans must be 'N', 'T' or 'C', got {trans!r}")
@@ -241,5 +332,5 @@ def getrs(lu, pivots, b, position, *, T_A, grid, trans="N", n=None, device_ids=N
     )  # fmt: skip
     return call(
         lu, jnp.asarray(pivots, jnp.int32), b, _position(position), trans=np.int64(ord(trans)),
-        **_attrs(T_A, n, grid, None, lu.shape[1], blocks),
+        **_attrs(T_A, n, grid, None, lu.shape[1], blocks, nccl_id=nccl_id),
     )  # fmt: skip

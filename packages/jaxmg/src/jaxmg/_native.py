@@ -3,16 +3,21 @@
 ``jaxmg_cuda`` registers two engines' targets. Backend ``"mg"``: cuSolverMg on GPUs and its
 LAPACK twin on CPUs, under the same names, so XLA picks the implementation by the platform it
 lowers for. Backend ``"mp"``: the distributed engine, one process per device (on CPUs
-ScaLAPACK over MPI; cuSOLVERMp on GPUs is not built yet). :func:`engine` hands the solvers
+ScaLAPACK over MPI; on GPUs cuSOLVERMp over NCCL, NOT YET RUN ON GPU HARDWARE, which takes the
+communicator's id as well). :func:`engine` hands the solvers
 one engine's wrappers under neutral names (``potrs``, ``getrf``, ...), which take the same
 arguments, and refuses early, with a way out, what the installed package cannot run.
 """
 
 from __future__ import annotations
 
+import functools
+import os
 import types
 
 import jaxmg_cuda
+
+from . import _processes
 
 _ROUTINES = (
     "potrs",
@@ -29,16 +34,43 @@ _MG = types.SimpleNamespace(**{r: getattr(jaxmg_cuda, f"mg_{r}") for r in _ROUTI
 _MP_CPU = types.SimpleNamespace(**{r: getattr(jaxmg_cuda.mp, r) for r in _ROUTINES})
 
 
+def _refuse(fn: str, what: str):
+    def refuse(*args, **kwargs):
+        raise NotImplementedError(
+            f"{fn}: backend='mp' on GPUs has no {what}: cuSOLVERMp 0.9 has no inverse and "
+            "solves only A x = b, one right-hand side at a time. On one node backend='mg' has "
+            "it; across nodes, jaxmg.gather_to_hosts(A, jaxmg.host_mesh()) gathers A onto each "
+            "node to solve there."
+        )
+
+    return refuse
+
+
+def _mp_gpu(fn: str):
+    """The ``"mp"`` wrappers on GPUs: cuSOLVERMp over this job's NCCL communicator, with what
+    it cannot do refused at trace time."""
+    nccl_id = jaxmg_cuda.mp.nccl_id()
+    wrappers = {r: functools.partial(getattr(jaxmg_cuda.mp, r), nccl_id=nccl_id) for r in _ROUTINES}
+    inverse = _refuse(fn, "inverse (potri, and the derivative of a log-determinant)")
+    transposed = _refuse(
+        fn,
+        "solve with A^T or A^H (lu_solve with trans=1 or 2; with trans=0 on A sharded by rows, "
+        "which the engine holds transposed; derivatives through lu_solve)",
+    )
+
+    def getrs(*args, trans="N", **kwargs):
+        if trans != "N":
+            transposed()
+        return wrappers["getrs"](*args, trans=trans, **kwargs)
+
+    wrappers.update(potri=inverse, potri_factored=inverse, getrs=getrs)
+    return types.SimpleNamespace(**wrappers)
+
+
 def engine(platform: str, fn: str, backend: str = "mg"):
     """The native wrappers of ``backend`` (``"mg"`` or ``"mp"``) on ``platform``."""
     if backend == "mp":
-        if platform == "gpu":
-            raise NotImplementedError(
-                f"{fn}: backend='mp' on GPUs (cuSOLVERMp) is not built yet. On one node use "
-                "backend='mg'; across nodes, gather A onto each node with "
-                "jaxmg.gather_to_hosts(A, jaxmg.host_mesh()) and solve there."
-            )
-        return _MP_CPU
+        return _mp_gpu(fn) if platform == "gpu" else _MP_CPU
     if platform == "gpu" and not jaxmg_cuda.has_cuda_support():
         raise RuntimeError(
             f"{fn}: A lives on GPUs but the installed jaxmg-cuda was built without CUDA "
@@ -48,9 +80,27 @@ def engine(platform: str, fn: str, backend: str = "mg"):
     return _MG
 
 
-def load_mp(fn: str) -> None:
-    """Open the ``"mp"`` engine's library (ScaLAPACK over MPI) in this process, or raise."""
+def load_mp(fn: str, platform: str) -> None:
+    """Open the ``"mp"`` engine's libraries in this process, or raise: on CPUs ScaLAPACK over
+    MPI; on GPUs NCCL and cuSOLVERMp, whose communicator's id the processes share here."""
+    if platform == "gpu" and not jaxmg_cuda.has_cuda_support():
+        raise RuntimeError(
+            f"{fn}: A lives on GPUs but the installed jaxmg-cuda was built without CUDA "
+            "support. Reinstall it with CUDA on (the default): "
+            "pip install --force-reinstall ./packages/jaxmg-cuda"
+        )
+    if platform == "gpu" and os.environ.get(_processes.GPU_MULTIPROCESS_ENV) != "1":
+        raise NotImplementedError(
+            f"{fn}: backend='mp' on GPUs (cuSOLVERMp over NCCL) is built but has not yet run "
+            "on GPU hardware, so it is off by default: set "
+            f"{_processes.GPU_MULTIPROCESS_ENV}=1 in every process to try it. On one node "
+            "backend='mg' runs; across nodes, jaxmg.gather_to_hosts(A, jaxmg.host_mesh()) "
+            "gathers A onto each node to solve there."
+        )
     try:
-        jaxmg_cuda.mp.load()
+        if platform == "gpu":
+            jaxmg_cuda.mp.nccl_id()
+        else:
+            jaxmg_cuda.mp.load()
     except RuntimeError as error:
         raise RuntimeError(f"{fn}: {error}") from error

@@ -45,7 +45,8 @@ class _Route:
     placed in a buffer of the width :func:`jaxmg_layout.in_place_moves` asks for), and the
     target's leader moves the columns to the block-cyclic layout in place and back: no second
     copy of ``A``. On backend ``"mp"`` the block goes to the engine as it is, which
-    redistributes it to its tiles and back (ScaLAPACK's p?gemr2d; ``blocks``). ``relayout=
+    redistributes it to its tiles and back (ScaLAPACK's p?gemr2d; ``blocks``); cuSOLVERMp has
+    no such routine, so on GPUs the relayout is JAX's. ``relayout=
     "jax"``: the relayout runs here, as JAX collectives
     (:func:`jaxmg_layout.cyclic_1d_no_shardmap`). ``cyclic``: the block is already cyclic.
     """
@@ -55,10 +56,10 @@ class _Route:
         self.plan = jaxmg_layout.CyclicPlan.make(n, geometry.ndev, T_A)
         native = relayout == "native" and not cyclic and self.plan.needs_relayout
         # "mg": the leader moves tiles in place; "mp": the engine redistributes the blocks
-        # (ScaLAPACK's p?gemr2d).
+        # (ScaLAPACK's p?gemr2d; cuSOLVERMp has none: JAX relays them on GPUs).
         in_place = native and geometry.backend == "mg"
         self.moves = jaxmg_layout.in_place_moves(self.plan) if in_place else None
-        self.blocks = native and geometry.backend == "mp"
+        self.blocks = native and geometry.backend == "mp" and geometry.platform != "gpu"
         # What the native target needs to know of the local array's layout beyond its shape
         # (it reads N from the shape): whether it is a block of A that the engine relays.
         self.native_layout = {"blocks": True} if self.blocks else {}
@@ -119,8 +120,8 @@ class _GridRoute:
     local transpose to the engine's column-major ``[N/cols, N/rows]`` block, which the engine
     redistributes to its tiles itself (``relayout="native"``: ScaLAPACK's p?gemr2d); or, with
     ``relayout="jax"``, the 2D relayout first (:func:`jaxmg_layout.cyclic_2d_no_shardmap`), as
-    JAX collectives, to the local array ``[Lc, Lr]``. A tile as wide as the blocks needs
-    neither."""
+    JAX collectives, to the local array ``[Lc, Lr]`` (on GPUs always: cuSOLVERMp has no
+    redistribution). A tile as wide as the blocks needs neither."""
 
     moves = None
     native_moves = None
@@ -130,7 +131,8 @@ class _GridRoute:
         self.plan = jaxmg_layout.BlockCyclic2D.for_blocks(n, geometry.grid, T_A)
         shard = self.plan.shard_shape
         moves = any(p > 1 and self.plan.tile < s for p, s in zip(geometry.grid, shard, strict=True))
-        self.blocks = moves and relayout == "native"
+        engine_relays = relayout == "native" and geometry.platform != "gpu"
+        self.blocks = moves and engine_relays
         self.relaid = moves and not self.blocks
         # N (the engine cannot read it from a local array's shape), and whether the local array
         # is a block of A that the engine relays.
@@ -477,7 +479,7 @@ def _prepare(A, T_A, mesh, spec, cyclic_1d, relayout, pad, fn, routine, backend=
         )
     geometry = _geometry.resolve(A, mesh, spec, backend=backend, fn=fn)
     if geometry.backend == "mp":
-        _native.load_mp(fn)
+        _native.load_mp(fn, geometry.platform)
     if geometry.form == "grid":
         if cyclic_1d:
             raise ValueError(
@@ -550,8 +552,9 @@ def potrs(
         one process driving every device, or one process per device on one host). ``"mp"``:
         the distributed engine, one process per device over every process of the job (CPUs:
         ScaLAPACK over MPI, ``pip install 'jaxmg[mpi]'``, processes started by ``mpiexec``;
-        GPUs: cuSOLVERMp, not built yet). ``None`` (default): ``"mp"`` when the devices are on
-        several hosts or more than 16 GPUs, else ``"mg"``.
+        GPUs: cuSOLVERMp over NCCL, NOT YET RUN ON GPU HARDWARE, on only with
+        ``JAXMG_GPU_MULTIPROCESS=1``; no potri). ``None`` (default): ``"mp"`` when the devices
+        are on several hosts or more than 16 GPUs, else ``"mg"``.
 
     Returns:
       ``x`` with ``b``'s shape, replicated over the mesh; with ``return_logdet``,
@@ -723,7 +726,7 @@ def _local_statics(
 
     geometry = _geometry.from_abstract_mesh(axis_name, sharded_by, fits, backend, fn)
     if geometry.backend == "mp":
-        _native.load_mp(fn)
+        _native.load_mp(fn, geometry.platform)
     layout = _layout(T_A, n, geometry, pad, routine, fn)
     expected = layout.local_width if cyclic_1d else layout.shard_size
     if width != expected:
@@ -753,7 +756,7 @@ def _grid_local_statics(a, T_A, cyclic_1d, axis_name, relayout, pad, routine, fn
     _checks.matrix_dtype(a, fn, argname="a")
     T_A = _checks.tile_size(T_A, fn)
     geometry = _geometry.grid_from_abstract_mesh(tuple(axis_name), backend, fn)
-    _native.load_mp(fn)
+    _native.load_mp(fn, geometry.platform)
     rows, cols = geometry.grid
     n = int(a.shape[0]) * rows
     if a.ndim != 2 or a.shape[1] * cols != n:

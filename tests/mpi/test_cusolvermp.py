@@ -1,0 +1,53 @@
+"""Backend "mp"'s GPU engine (csrc/cusolvermp.cc) under ``mpiexec``, outside XLA, against the
+emulator of the CUDA runtime, NCCL and cuSOLVERMp (tests/native/fake_cuda, numbers from MKL's
+ScaLAPACK): every routine and dtype on 1x2, 2x1, 2x2 and 1x4 process grids against numpy, a
+matrix that is not positive definite, what cuSOLVERMp 0.9 cannot do refused with the reason,
+and no misuse of the libraries (``cusolvermp_worker.py``). NOT A GPU RUN: it proves the
+engine's plumbing against the emulator's reading of the libraries. Runs in ``nox -s mpi``,
+which installs ``mkl``, ``mpich`` and ``mpi4py``; skips elsewhere."""
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import jaxmg_cuda
+
+pytest.importorskip("mpi4py", reason="the MPI engine's tests run in nox -s mpi")
+pytestmark = [
+    pytest.mark.usefixtures("once_per_suite"),
+    pytest.mark.skipif(not jaxmg_cuda.has_cuda_support(), reason="built without CUDA support"),
+]
+
+WORKER = pathlib.Path(__file__).with_name("cusolvermp_worker.py")
+MPIEXEC = pathlib.Path(sys.prefix) / "bin" / "mpiexec"
+CHECKS = 4 * 5 + 4  # per dtype: potrs, its factor, potrf + potrs_factored, LU, syevd; then 4
+
+
+@pytest.mark.parametrize(
+    ("grid", "tile", "n"), [("1x2", 3, 12), ("2x1", 3, 12), ("2x2", 2, 10), ("1x4", 2, 9)]
+)
+def test_cusolvermp_engine_on_the_emulator(fake_cuda, tmp_path, grid, tile, n):
+    if not MPIEXEC.exists() and shutil.which("mpiexec") is None:
+        pytest.skip("no mpiexec (pip install mpich)")
+    mpiexec = str(MPIEXEC if MPIEXEC.exists() else shutil.which("mpiexec"))
+    rows, cols = (int(v) for v in grid.split("x"))
+    done = subprocess.run(
+        [mpiexec, "-n", str(rows * cols), sys.executable, str(WORKER), grid, str(tile), str(n)]
+        + [str(fake_cuda), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,  # a rank that dies makes mpiexec end the job; this bounds the rest
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for rank in range(rows * cols):
+        lines = (tmp_path / f"{rank}.jsonl").read_text().splitlines()
+        checks = [json.loads(line) for line in lines]
+        assert len(checks) == CHECKS, checks
+        failed = [c for c in checks if not c["ok"]]
+        assert not failed, (rank, failed)

@@ -2,9 +2,10 @@
 
 - ``tests``: install the three packages from this checkout and run the CPU suite once per
   simulated device count (1, 2, 3, 4, 8), each in its own pytest process, two at a time
-  (``JAXMG_PYTEST_JOBS``), then the multi-process jobs (``tests/multiprocess``) once. Tests
+  (``JAXMG_PYTEST_JOBS``), and the multi-process jobs (``tests/multiprocess``) once. Tests
   that do not depend on the device count, and single-precision cases, run with 4 devices only
-  (tests/conftest.py), in two processes (tests/api, the rest).
+  (tests/conftest.py), in two processes; the 3- and 8-device runs leave out the derivative
+  and drop-in tests (``NARROW``).
 - ``compat``: the CPU suite on 4 devices on the newest jax, with Python 3.12, in double
   precision, without the native and benchmark tests.
 - ``clients``: install the three packages and NetKet 3.22.4, then run ``tests/clients`` (NetKet's
@@ -56,8 +57,28 @@ def install_jaxmg(session, *extras):
 # How many pytest processes run at once. The suite's time is mostly XLA compiling small
 # programs, on about one core per process: two processes fill a 2-core machine.
 PYTEST_JOBS = int(os.environ.get("JAXMG_PYTEST_JOBS", "2"))
-# The 4-device run holds every test of the suite (tests/conftest.py): it runs in two halves.
-HALVES = (["tests/api"], ["tests", "--ignore=tests/api"])
+# The 4-device run holds every test of the suite (tests/conftest.py): it runs in two halves of
+# about equal time, the second these paths, the first the rest.
+SECOND_HALF = (
+    *(f"tests/api/test_{name}.py" for name in ("solvers", "dropin", "faults")),
+    "tests/layout",
+    "tests/native",
+    "tests/benchmarks",
+)
+
+
+def halves(leave_out=()):
+    """The two halves' paths and ignores, without the paths in ``leave_out``."""
+    second = [path for path in SECOND_HALF if path not in leave_out]
+    ignored = [f"--ignore={path}" for path in (*SECOND_HALF, *leave_out)]
+    return (["tests", *dict.fromkeys(ignored)], second)
+
+
+# Runs 3 and 8 exist for the layouts of an odd and of a large device count: they leave out the
+# derivative rules and the client-style calls, which build on the same solver programs and run
+# with 1, 2 and 4 devices.
+NARROW_COUNTS = (3, 8)
+NARROW = ("--ignore=tests/api/test_autodiff.py", "--ignore=tests/api/test_dropin.py")
 
 
 def cpu_suite(count, paths=("tests",), *extra):
@@ -109,17 +130,18 @@ def run_pytest(session, runs):
 @nox.session
 def tests(session):
     """The CPU test suite, once per simulated device count (two runs at a time, the 4-device
-    run in two halves), then the multi-process jobs."""
+    run in two halves, the 3- and 8-device runs narrowed), and the multi-process jobs."""
     install_jaxmg(session, "test", "plot")
     counts = [int(n) for n in session.posargs] or DEVICE_COUNTS
     # Longest first: the halves of the 4-device run, then by device count.
-    runs = [cpu_suite(4, half) for half in HALVES if 4 in counts]
-    runs += [cpu_suite(count) for count in sorted(counts, reverse=True) if count != 4]
+    runs = [cpu_suite(4, half) for half in halves() if 4 in counts]
+    for count in sorted(counts, reverse=True):
+        if count != 4:
+            runs.append(cpu_suite(count, ("tests",), *(NARROW if count in NARROW_COUNTS else ())))
+    if not session.posargs:  # last, beside the shortest run (the suite passes on a busy machine)
+        label = "multi-process jobs (jax.distributed on localhost, 2 and 4 processes)"
+        runs.append((label, ["tests/multiprocess", "-q", "-p", "no:cacheprovider"], {}))
     run_pytest(session, runs)
-    if not session.posargs:
-        # Alone: its processes wait on each other with deadlines.
-        session.log("--- multi-process jobs (jax.distributed on localhost, 2 and 4 processes) ---")
-        session.run("python", "-m", "pytest", "tests/multiprocess", "-q", "-p", "no:cacheprovider")
 
 
 # The client libraries tests/clients runs, pinned to the releases those tests were written for.
@@ -181,8 +203,8 @@ def compat(session):
     session.install(f"jax=={NEWEST_JAX}", f"jaxlib=={NEWEST_JAX}")
     install_jaxmg(session, "test", "plot")
     only = ("-m", "not dtype_sweep and not grid_sweep")
-    skip = ("--ignore=tests/native", "--ignore=tests/benchmarks")
-    run_pytest(session, [cpu_suite(4, half, *only, *skip) for half in HALVES])
+    parts = halves(leave_out=("tests/native", "tests/benchmarks"))
+    run_pytest(session, [cpu_suite(4, half, *only) for half in parts])
 
 
 @nox.session

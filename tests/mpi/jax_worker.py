@@ -1,12 +1,13 @@
 """One process of an ``mpiexec -n P`` job running jaxmg's public API with ``backend="mp"``
 (ScaLAPACK over MPI), started by test_backend_mp.py.
 
-    mpiexec -n P python jax_worker.py SCENARIO RESULTS_DIR
+    mpiexec -n P python jax_worker.py SCENARIO RESULTS_DIR [double]
 
 Every process initialises ``jax.distributed`` from MPI (``cluster_detection_method="mpi4py"``),
 with one CPU device, builds the same seeded matrices, runs the scenario and writes one JSON line
 per check, ``{"check": ..., "ok": bool, ...}``, to ``RESULTS_DIR/<rank>.jsonl`` (not stdout,
-where Gloo writes too). Scenarios:
+where Gloo writes too); ``double`` limits ``solve`` and ``grid:`` to float64 and complex128.
+Scenarios:
 
 - ``solve``: potrs (+logdet), potri, syevd (values, vectors), cho_factor/cho_solve, lu_solve
   (N/T/C) and lu_factor, every dtype, both 1D forms, eager and under ``jit``, a tile that
@@ -52,6 +53,11 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 import jaxmg  # noqa: E402
 
 scenario, results = sys.argv[1], pathlib.Path(sys.argv[2])
+# Every dtype, or with "double" as a third argument float64 and complex128 only (the single-
+# precision cases are the same code paths, run by another job of the session).
+DTYPES = (np.float32, np.float64, np.complex64, np.complex128)
+if sys.argv[3:] == ["double"]:
+    DTYPES = (np.float64, np.complex128)
 rank, size = jax.process_index(), jax.process_count()
 lines = []
 
@@ -87,7 +93,7 @@ def close(x, y, dtype):
 
 def solve(mesh):
     n = 6 * size
-    for dtype in (np.float32, np.float64, np.complex64, np.complex128):
+    for dtype in DTYPES:
         hpd, general, b = matrices(n, dtype)
         tol = dict(dtype=np.dtype(dtype).name)
         for form in ("cols", "rows"):
@@ -157,7 +163,7 @@ def solve(mesh):
 def grid(mesh, line):
     n = 12 * size
     spec = P("r", "c")
-    for dtype in (np.float32, np.float64, np.complex64, np.complex128):
+    for dtype in DTYPES:
         hpd, general, b = matrices(n, dtype)
         case = dict(dtype=np.dtype(dtype).name)
         A = jax.device_put(hpd, NamedSharding(mesh, spec))

@@ -28,10 +28,11 @@ def mpiexec():
     return shutil.which("mpiexec")
 
 
-def launch(processes, scenario, results):
+def launch(processes, scenario, results, *extra):
     results.mkdir()
     return subprocess.Popen(
-        [mpiexec(), "-n", str(processes), sys.executable, str(WORKER), scenario, str(results)],
+        [mpiexec(), "-n", str(processes), sys.executable, str(WORKER), scenario, str(results)]
+        + list(extra),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -50,27 +51,31 @@ def checks(results, processes):
     return [json.loads(line) for f in files for line in f.read_text().splitlines()]
 
 
-@pytest.mark.parametrize("processes", [2, 4])
-def test_every_routine_against_numpy_and_mg(tmp_path, processes):
-    code, output = finish(launch(processes, "solve", tmp_path / "results"))
+# Every dtype on 2 processes and on the 2x2 grid; float64 and complex128 on 4 processes and on
+# the 2x1 grid (single precision takes the same code paths).
+@pytest.mark.parametrize(("processes", "dtypes"), [(2, 4), (4, 2)])
+def test_every_routine_against_numpy_and_mg(tmp_path, processes, dtypes):
+    extra = () if dtypes == 4 else ("double",)
+    code, output = finish(launch(processes, "solve", tmp_path / "results", *extra))
     assert code == 0, output[-4000:]
     found = checks(tmp_path / "results", processes)
-    # Per process: 12 checks x 4 dtypes x 2 forms, one not positive definite, one inside the
+    # Per process: 12 checks x dtypes x 2 forms, one not positive definite, one inside the
     # user's shard_map, one gradient.
-    assert len(found) == processes * (12 * 4 * 2 + 3), len(found)
+    assert len(found) == processes * (12 * dtypes * 2 + 3), len(found)
     failed = [c for c in found if not c["ok"]]
     assert not failed, failed
 
 
-@pytest.mark.parametrize("grid", ["2x2", "2x1"])
-def test_every_routine_on_a_process_grid(tmp_path, grid):
+@pytest.mark.parametrize(("grid", "dtypes"), [("2x2", 4), ("2x1", 2)])
+def test_every_routine_on_a_process_grid(tmp_path, grid, dtypes):
     """``A`` sharded ``P(r, c)``: the 2D block-cyclic path of the public API."""
     rows, cols = (int(v) for v in grid.split("x"))
-    code, output = finish(launch(rows * cols, f"grid:{grid}", tmp_path / "results"))
+    extra = () if dtypes == 4 else ("double",)
+    code, output = finish(launch(rows * cols, f"grid:{grid}", tmp_path / "results", *extra))
     assert code == 0, output[-4000:]
     found = checks(tmp_path / "results", rows * cols)
-    # Per process: 12 checks x 4 dtypes; Auto axes; 2 inside shard_map; 2 gradients.
-    assert len(found) == rows * cols * (12 * 4 + 5), len(found)
+    # Per process: 12 checks x dtypes; Auto axes; 2 inside shard_map; 2 gradients.
+    assert len(found) == rows * cols * (12 * dtypes + 5), len(found)
     failed = [c for c in found if not c["ok"]]
     assert not failed, failed
 

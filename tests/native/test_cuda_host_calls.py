@@ -40,7 +40,7 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def emulator(fake_cuda, once_per_suite):
+def emulator(once_per_suite, fake_cuda):
     """The emulator (tests/conftest.py), under the names jaxmg opens."""
     return str(fake_cuda)
 

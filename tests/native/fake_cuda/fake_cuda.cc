@@ -775,6 +775,7 @@ namespace fakecuda {
 
 std::unique_lock<std::mutex> LockState() { return std::unique_lock<std::mutex>(mu); }
 void RecordViolation(const char* fn, const std::string& what) { Violation(fn, what); }
+size_t ElementSizeOf(int type) { return ElementSize(type); }
 int CurrentDevice() { return current; }
 bool ValidDevice(int device) { return ::ValidDevice(device); }
 int DeviceOfLocked(const void* p) { return DeviceOf(p); }

@@ -17,6 +17,9 @@ std::unique_lock<std::mutex> LockState();
 // Records and prints a violation (with or without the state lock held).
 void RecordViolation(const char* fn, const std::string& what);
 
+// Bytes of one element of a cudaDataType (0 for one the emulator does not know).
+size_t ElementSizeOf(int type);
+
 int CurrentDevice();  // cudaSetDevice's device of the calling thread
 bool ValidDevice(int device);
 

@@ -229,15 +229,7 @@ std::string MissingScalapack() {
 
 // --- element types --------------------------------------------------------------------------
 
-size_t ElementSize(int type) {
-  switch (type) {
-    case 0: return 4;   // CUDA_R_32F
-    case 1: return 8;   // CUDA_R_64F
-    case 4: return 8;   // CUDA_C_32F
-    case 5: return 16;  // CUDA_C_64F
-    default: return 0;
-  }
-}
+size_t ElementSize(int type) { return fakecuda::ElementSizeOf(type); }
 size_t RealSize(int type) { return type == 0 || type == 4 ? 4 : 8; }
 bool IsComplex(int type) { return type == 4 || type == 5; }
 std::string Prefix(int type) {

@@ -176,6 +176,14 @@ def _position(position):
     return jnp.asarray(position, jnp.int32)
 
 
+def _in_place(target, a, position, attrs):
+    """A target whose one result replaces ``a``: ``(result, status)``."""
+    call = jax.ffi.ffi_call(
+        target, (_like(a), _status()), input_output_aliases={0: 0}, vmap_method="sequential"
+    )
+    return call(a, _position(position), **attrs)
+
+
 # ``n``: the global order (default ``a.shape[1]``, right on a ``1 x P`` grid). ``blocks``: ``a``
 # (or the factor) is this process's block of JAX's block sharding, ``[N/cols, N/rows]``, which the
 # engine redistributes to ``T_A``-square tiles with ScaLAPACK's p?gemr2d and back (results come
@@ -215,13 +223,8 @@ def potri(
     a, position, *, T_A, grid, n=None, device_ids=None, moves=None, blocks=False, nccl_id=None
 ):
     """Inverse (lower triangle) from ``A``: ``(inverse, status)``."""
-    call = jax.ffi.ffi_call(
-        "jaxmg_mp_potri", (_like(a), _status()), input_output_aliases={0: 0},
-        vmap_method="sequential",
-    )  # fmt: skip
-    return call(
-        a, _position(position), **_attrs(T_A, n, grid, moves, a.shape[1], blocks, nccl_id=nccl_id)
-    )
+    attrs = _attrs(T_A, n, grid, moves, a.shape[1], blocks, nccl_id=nccl_id)
+    return _in_place("jaxmg_mp_potri", a, position, attrs)
 
 
 def syevd(
@@ -255,13 +258,8 @@ def potrf(
     a, position, *, T_A, grid, n=None, device_ids=None, moves=None, blocks=False, nccl_id=None
 ):
     """Cholesky factor (lower): ``(factor, status)``."""
-    call = jax.ffi.ffi_call(
-        "jaxmg_mp_potrf", (_like(a), _status()), input_output_aliases={0: 0},
-        vmap_method="sequential",
-    )  # fmt: skip
-    return call(
-        a, _position(position), **_attrs(T_A, n, grid, moves, a.shape[1], blocks, nccl_id=nccl_id)
-    )
+    attrs = _attrs(T_A, n, grid, moves, a.shape[1], blocks, nccl_id=nccl_id)
+    return _in_place("jaxmg_mp_potrf", a, position, attrs)
 
 
 def potrs_factored(
@@ -280,12 +278,8 @@ def potri_factored(
     factor, position, *, T_A, grid, n=None, device_ids=None, moves=None, blocks=False, nccl_id=None
 ):
     """Inverse (lower triangle) from a factor of :func:`potrf`: ``(inverse, status)``."""
-    call = jax.ffi.ffi_call(
-        "jaxmg_mp_potri_factored", (_like(factor), _status()), input_output_aliases={0: 0},
-        vmap_method="sequential",
-    )  # fmt: skip
     attrs = _attrs(T_A, n, grid, moves, factor.shape[1], blocks, nccl_id=nccl_id)
-    return call(factor, _position(position), **attrs)
+    return _in_place("jaxmg_mp_potri_factored", factor, position, attrs)
 
 
 def getrf(

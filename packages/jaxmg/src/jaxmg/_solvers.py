@@ -38,6 +38,12 @@ from . import _checks, _factors, _geometry, _native
 # --- local (per-device) building blocks, used inside shard_map ------------------------------
 
 
+def _engine_relays_blocks(geometry) -> bool:
+    """Whether the native target takes a block of ``A`` and relays it to its tiles itself:
+    backend ``"mp"`` on CPUs (ScaLAPACK's p?gemr2d). cuSOLVERMp has no such routine."""
+    return geometry.backend == "mp" and geometry.platform != "gpu"
+
+
 class _Route:
     """How one local block reaches the native target (step 2) and how its result comes back.
 
@@ -59,7 +65,7 @@ class _Route:
         # (ScaLAPACK's p?gemr2d; cuSOLVERMp has none: JAX relays them on GPUs).
         in_place = native and geometry.backend == "mg"
         self.moves = jaxmg_layout.in_place_moves(self.plan) if in_place else None
-        self.blocks = native and geometry.backend == "mp" and geometry.platform != "gpu"
+        self.blocks = native and _engine_relays_blocks(geometry)
         # What the native target needs to know of the local array's layout beyond its shape
         # (it reads N from the shape): whether it is a block of A that the engine relays.
         self.native_layout = {"blocks": True} if self.blocks else {}
@@ -131,8 +137,7 @@ class _GridRoute:
         self.plan = jaxmg_layout.BlockCyclic2D.for_blocks(n, geometry.grid, T_A)
         shard = self.plan.shard_shape
         moves = any(p > 1 and self.plan.tile < s for p, s in zip(geometry.grid, shard, strict=True))
-        engine_relays = relayout == "native" and geometry.platform != "gpu"
-        self.blocks = moves and engine_relays
+        self.blocks = moves and relayout == "native" and _engine_relays_blocks(geometry)
         self.relaid = moves and not self.blocks
         # N (the engine cannot read it from a local array's shape), and whether the local array
         # is a block of A that the engine relays.

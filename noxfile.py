@@ -262,6 +262,15 @@ def bench(session):
         *("--json", str(results / "autodiff_cpu.jsonl")),
         *("--markdown", str(results / "autodiff_cpu.md")),
     )
+    # Solves with A^T on backend "mg" (through the factor of A^T P, cuSolverMg's getrs taking N
+    # alone) against solves with A and against JAX's lu_solve on one device (N = 2048).
+    session.run(
+        "python",
+        "benchmarks/lu_routes.py",
+        *("--cpu-devices", "4", "--n", "2048"),
+        *("--json", str(results / "lu_routes_cpu.jsonl")),
+        *("--markdown", str(results / "lu_routes_cpu.md")),
+    )
     session.run(
         "python",
         "benchmarks/layout_roundtrip.py",

@@ -14,13 +14,15 @@ SUPPORTED_DTYPES = tuple(
 )
 _DTYPE_NAMES = ", ".join(d.name for d in SUPPORTED_DTYPES)
 
-#: cuSolverMg's syevd refuses column tiles wider than this (reported by the earlier jaxmg; the
-#: GPU path has not yet run on hardware in this project, so the limit is not re-measured).
-SYEVD_MAX_TILE = 1024
+#: The widest column tile cuSolverMg takes, per routine: syevd refuses tiles over 1024 (the
+#: earlier jaxmg's report; on an H100 1024 ran), getrf tiles of 1024 and more (info -6, its
+#: matrix descriptor, at N = 2048, 4096 and 8192 on an H100; 256 and 512 ran).
+GPU_MAX_TILE = {"syevd": 1024, "getrf": 512}
+SYEVD_MAX_TILE = GPU_MAX_TILE["syevd"]
 
 #: The automatic tile on GPUs (``T_A=None``): the widest tile each routine gets, and the
 #: narrowest that cuSolverMg recommends ("256 or above"). See :func:`auto_tile`.
-GPU_TILE_CAP = {"potrs": 4096, "potri": 4096, "getrf": 4096, "syevd": SYEVD_MAX_TILE}
+GPU_TILE_CAP = {"potrs": 4096, "potri": 4096, **GPU_MAX_TILE}
 GPU_TILE_MIN = 256
 
 
@@ -116,9 +118,10 @@ def auto_tile(n: int, ndev: int, routine: str, platform: str) -> int:
     - CPU devices: ``s``. The LAPACK twin makes one library call whatever the tile, so the
       fastest call is the one with no relayout (the CPU tile sweep in ``benchmarks/results``).
     - GPUs: ``s`` when ``s`` is at most the routine's cap (``GPU_TILE_CAP``: 4096 for potrs and
-      potri, the tile NetKet's jaxmg authors default to; 1024 for syevd, cuSolverMg's limit):
-      no relayout. Wider shards get the widest tile between 256 (cuSolverMg's recommended
-      minimum) and the cap that divides ``s`` (whole tiles move), else the cap.
+      potri, the tile NetKet's jaxmg authors default to; cuSolverMg's limits for syevd, 1024,
+      and getrf, 512): no relayout. Wider shards get the widest tile between 256
+      (cuSolverMg's recommended minimum) and the cap that divides ``s`` (whole tiles move),
+      else the cap.
     """
     s = n // ndev
     if platform != "gpu":
@@ -145,20 +148,21 @@ def resolve_tile(
     T_A, n: int, ndev: int, routine: str, platform: str, fn: str, backend: str = "mg", pad=True
 ) -> int:
     """The tile size a call runs with: ``T_A``, or for ``None`` :func:`auto_tile` (backend
-    ``"mg"``) or :func:`mp_tile` (``"mp"``); on GPUs a syevd tile over cuSolverMg's limit is
-    lowered to it with a warning, as jaxmg 0.0.x did."""
+    ``"mg"``) or :func:`mp_tile` (``"mp"``); on GPUs a syevd or getrf tile over cuSolverMg's
+    limit (``GPU_MAX_TILE``) is lowered to it with a warning, as jaxmg 0.0.x did for syevd."""
     if T_A is None and backend == "mp":
         return mp_tile((n // ndev,), pad)
     if T_A is None:
         return auto_tile(n, ndev, routine, platform)
-    if routine == "syevd" and platform == "gpu" and min(T_A, n // ndev) > SYEVD_MAX_TILE:
+    limit = GPU_MAX_TILE.get(routine) if backend == "mg" and platform == "gpu" else None
+    if limit is not None and min(T_A, n // ndev) > limit:
         warnings.warn(
-            f"{fn}: cuSolverMg's syevd accepts column tiles of at most {SYEVD_MAX_TILE}; "
-            f"T_A={T_A} is lowered to {SYEVD_MAX_TILE}.",
+            f"{fn}: cuSolverMg's {routine} accepts column tiles of at most {limit}; "
+            f"T_A={T_A} is lowered to {limit}.",
             UserWarning,
             stacklevel=5,
         )
-        return SYEVD_MAX_TILE
+        return limit
     return T_A
 
 

@@ -206,9 +206,13 @@ def _cho_logdet_program(call: _Call, f):
 
 @functools.partial(jax.jit, static_argnums=0)
 def _getrf_program(call: _Call, a):
-    """``A`` -> ``(lu, pivots, status)``: rows ``[ndev * W, N]``, pivots ``[ndev * W]``."""
+    """``A`` -> ``(lu, pivots, status)``: rows ``[ndev * W, N]``, pivots ``[ndev * W]``; the
+    factor of ``A^T`` where :func:`_factors_transpose` says so, else of ``A``."""
 
     def body(a):
+        if call.geometry.form == "rows" and not call.cyclic:
+            # A's rows become A^T's, whose storage is A's columns: the factor is of A.
+            a = _solvers._transpose_rows(a, call.geometry.axis, conjugate=False)
         route = call.route()
         return call.native().getrf(
             route.to_native(a), call.position(), moves=route.native_moves, **call.native_kw(route)
@@ -220,33 +224,123 @@ def _getrf_program(call: _Call, a):
     return call.shard_map(body, (spec,), (_rows_spec(call), pivots, P()))(a)
 
 
-# How to solve op(A) x = b with the factor of the matrix the solver saw: A (column sharding) or
-# A^T (row sharding): (the solver's trans, whether to conjugate b and x).
-_LU_TRANS = {
-    ("cols", "N"): ("N", False),
-    ("cols", "T"): ("T", False),
-    ("cols", "C"): ("C", False),
-    ("rows", "N"): ("T", False),
-    ("rows", "T"): ("N", False),
-    ("rows", "C"): ("N", True),
-    ("grid", "N"): ("N", False),
-    ("grid", "T"): ("T", False),
-    ("grid", "C"): ("C", False),
-}
+def _factors_transpose(call: _Call) -> bool:
+    """Whether an LU factor of ``A`` sharded by rows is the factor of ``A^T``.
+
+    The local rows of ``A`` are the storage of ``A^T``'s columns, so the engine would factor
+    ``A^T``; they are transposed first (one ``all_to_all``), so that the factor, its pivots and
+    its status are ``A``'s whatever the sharding, and the usual solve, ``A x = b``, is the
+    engine's own (cuSolverMg's ``getrs`` solves only with its factor). A block already in the
+    block-cyclic layout (``cyclic_1d``) is factored as it is: ``A^T``.
+    """
+    return call.geometry.form == "rows" and call.cyclic
+
+
+def _lu_op(call: _Call, trans: str) -> tuple[str, bool]:
+    """``op(A) x = b`` as a solve with the factor's own matrix ``S`` (``A``, or ``A^T``): the
+    operation on ``S`` (``N``, ``T``, ``C``) and whether to conjugate ``b`` and ``x`` (``A^H =
+    conj(S)`` when ``S = A^T``). Without an engine that solves with ``S^T``, ``S^H x = b`` is
+    ``S^T conj(x) = conj(b)``, so only ``N`` and ``T`` remain."""
+    if _factors_transpose(call):
+        op, conjugate = {"N": ("T", False), "T": ("N", False), "C": ("N", True)}[trans]
+    else:
+        op, conjugate = trans, False
+    if op == "C" and _through_transposed_factor(call):
+        op, conjugate = "T", not conjugate
+    return op, conjugate
+
+
+def _through_transposed_factor(call: _Call) -> bool:
+    """Whether solves with ``S^T`` go through :func:`_transposed_lu`: on backend ``"mg"``,
+    whose engine solves only with its factor (cuSolverMg's ``getrs``, and its LAPACK twin
+    likewise). Backend ``"mp"`` on GPUs (cuSOLVERMp) refuses them instead."""
+    return not call.native().solves_transposed and call.geometry.backend == "mg"
+
+
+def _global_of_local(call: _Call, local, fill=0):
+    """The ``[N]`` vector whose entry ``g`` is ``local[l]`` on the device holding global
+    column ``g`` at local column ``l`` (block-cyclic), the same on every device."""
+    columns = call.route().plan.column_map()  # [ndev, L]: global column, -1 for padding
+    mine = jnp.asarray(columns)[call.position()]
+    values = jnp.where(mine >= 0, local[: columns.shape[1]], 0)
+    spread = (
+        jnp.zeros(call.n, local.dtype)
+        .at[jnp.where(mine >= 0, mine, call.n)]
+        .add(values, mode="drop")
+    )
+    return jax.lax.psum(spread, call.geometry.axis) + jnp.asarray(fill, local.dtype)
+
+
+def _transposed_lu(call: _Call, lu, pivots):
+    """An LU factor of ``A^T``'s column permutation, made from ``A``'s, for solves with ``A^T``
+    by the engine's ``N`` solve (cuSolverMg's ``getrs`` takes no other), inside ``shard_map``.
+
+    From ``A = P L U`` (LAPACK's pivots ``P``, ``L`` unit lower, ``D = diag(U)``):
+    ``A^T P = U^T L^T = (U^T D^-1)(D L^T)``, a unit lower times an upper triangular factor with
+    no row interchanges. Its storage is ``(LU)^T`` with the part below the diagonal divided by
+    the diagonal entry of its column and the part above multiplied by that of its row. One
+    ``all_to_all`` brings every device its columns of ``(LU)^T``, which are rows of ``LU``
+    spread over all devices (two more blocks of the factor's size, transiently).
+
+    Returns ``(lu_t, pivots_t, perm)``: the factor rows and identity pivots in the layout of
+    ``lu`` and ``pivots``, and the permutation with ``x = y[argsort(perm)]`` for the solution
+    ``y`` of ``(A^T P) y = b``, i.e. ``x = P y``.
+    """
+    plan = call.route().plan
+    columns = plan.column_map()  # [ndev, L]: the global column of each local column, -1: pad
+    ndev, width = columns.shape
+    n, tile = call.n, plan.tile
+    # To device d: this device's local columns (its rows of lu) at d's global columns.
+    chunks = lu[:width][:, np.maximum(columns, 0)]  # [L (mine), ndev (d), L (d's)]
+    got = jax.lax.all_to_all(
+        jnp.moveaxis(chunks, 1, 0), call.geometry.axis, 0, 0, tiled=True
+    )  # [ndev (owner e), L (e's), L (mine)]: got[e, k, l] = LU[g_mine(l), g_e(k)]
+    j = np.arange(n)
+    owner_slot = ((j // tile) % ndev) * width + (j // tile // ndev) * tile + j % tile
+    rows = jnp.moveaxis(got, 2, 0).reshape(width, ndev * width)[:, owner_slot]  # LU[g_mine, :]
+
+    mine = jnp.asarray(columns)[call.position()][:, None]  # [L, 1]
+    own = jnp.maximum(mine, 0)
+    diagonal = _global_of_local(call, rows[jnp.arange(width), own[:, 0]])
+    i = jnp.arange(n)[None, :]
+    lu_t = jnp.where(
+        i > mine, rows / diagonal[own], jnp.where(i < mine, diagonal[None, :] * rows, rows)
+    )
+    lu_t = jnp.where(mine >= 0, lu_t, 0)
+    lu_t = jnp.pad(lu_t, ((0, lu.shape[0] - width), (0, 0)))
+    identity = jnp.pad(
+        jnp.where(mine[:, 0] >= 0, mine[:, 0] + 1, 1),
+        (0, pivots.shape[0] - width),
+        constant_values=1,
+    ).astype(pivots.dtype)
+    ipiv = _global_of_local(call, pivots)
+    perm = jax.lax.linalg.lu_pivots_to_permutation(ipiv - 1, n)
+    return lu_t, identity, perm
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
 def _lu_solve_program(call: _Call, trans: str, lu, pivots, b):
     """``op(A)^-1 b`` (``[N, k]``, replicated) from the factor of :func:`_getrf_program`."""
-    solver_trans, conjugate = _LU_TRANS[(call.geometry.form, trans)]
+    op, conjugate = _lu_op(call, trans)
     flip = jnp.conj if conjugate else (lambda v: v)
+    through_transpose = op == "T" and _through_transposed_factor(call)
 
     def body(lu, pivots, b):
         route = call.route()
+        if through_transpose:
+            lu, pivots, perm = _transposed_lu(call, lu, pivots)
         x, _ = call.native().getrs(
-            lu, pivots, flip(b.T), call.position(), trans=solver_trans, **call.native_kw(route)
+            lu,
+            pivots,
+            flip(b.T),
+            call.position(),
+            trans="N" if through_transpose else op,
+            **call.native_kw(route),
         )
-        return flip(x.T)
+        x = x.T
+        if through_transpose:
+            x = jnp.zeros_like(x).at[perm].set(x)
+        return flip(x)
 
     b = _solvers._placed(b, call.geometry.mesh, P())
     pivots_spec = call.geometry.pivots_spec
@@ -573,8 +667,9 @@ class LUFactor:
     Made by :func:`jaxmg.lu_factor`; a registered pytree like :class:`CholeskyFactor`.
 
     Holds:
-      factor: ``L`` (unit lower) and ``U`` (of ``A^T`` when ``A`` is sharded by rows), laid
-        out as :attr:`CholeskyFactor.factor`: ``[ndev * W, N]`` sharded ``P(ax, None)``.
+      factor: ``L`` (unit lower) and ``U`` of ``A`` (of ``A^T`` for a row-sharded ``A`` given in
+        the block-cyclic layout, ``cyclic_1d``), laid out as :attr:`CholeskyFactor.factor`:
+        ``[ndev * W, N]`` sharded ``P(ax, None)``.
       pivots: int32 ``[ndev * W]`` sharded ``P(ax)``: each device's entries belong to its
         local block-cyclic columns (LAPACK's 1-based ``ipiv``, as cuSolverMg distributes it).
         On a process grid, every process's ScaLAPACK ``ipiv``, sharded ``P((r, c))``.
@@ -694,8 +789,12 @@ def lu_factor(
 
     Args:
       A: ``[N, N]`` float32, float64, complex64 or complex128, sharded over one mesh axis by
-        columns ``P(None, ax)`` or by rows ``P(ax, None)``; the whole matrix is read.
-      T_A, mesh, in_specs, cyclic_1d, pad, relayout, backend: as for :func:`jaxmg.potrs`.
+        columns ``P(None, ax)`` or by rows ``P(ax, None)``; the whole matrix is read. Sharded by
+        rows, it is transposed first (one ``all_to_all``, a block of temporaries) so that the
+        factor, its pivots and its status are ``A``'s in both forms.
+      T_A, mesh, in_specs, cyclic_1d, pad, relayout, backend: as for :func:`jaxmg.potrs`. On
+        GPUs cuSolverMg's getrf accepts tiles of at most 512 columns: a wider ``T_A`` is
+        lowered to 512 with a ``UserWarning`` (``T_A=None`` chooses at most 512 there).
 
     Returns:
       An :class:`LUFactor` for :func:`jaxmg.lu_solve`.
@@ -740,7 +839,10 @@ def lu_solve(
       A: ``[N, N]`` as for :func:`jaxmg.lu_factor`, or an :class:`LUFactor`.
       b: ``[N]`` or ``[N, nrhs]``, ``A``'s dtype, any sharding (replicated for the solve).
       trans: ``0``/``"N"``: solve ``A x = b``; ``1``/``"T"``: ``A^T x = b``; ``2``/``"C"``:
-        ``A^H x = b`` (scipy's ``lu_solve`` convention).
+        ``A^H x = b`` (scipy's ``lu_solve`` convention). With backend ``"mg"``, whose engine
+        solves only with its factor (cuSolverMg's getrs takes ``CUBLAS_OP_N`` alone), ``1`` and
+        ``2`` first build the factor of ``A^T`` from ``A``'s, without refactoring: one
+        ``all_to_all`` of the factor and two more blocks of its size, transiently, per solve.
       return_status: also return the status: 0, or ``k > 0`` when ``U[k-1, k-1]`` is exactly
         zero (``x`` is then NaN).
       T_A, mesh, in_specs, cyclic_1d, pad, relayout, backend: as for :func:`jaxmg.potrs`.

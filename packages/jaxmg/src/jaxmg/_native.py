@@ -30,8 +30,14 @@ _ROUTINES = (
     "getrs",
 )
 
-_MG = types.SimpleNamespace(**{r: getattr(jaxmg_cuda, f"mg_{r}") for r in _ROUTINES})
-_MP_CPU = types.SimpleNamespace(**{r: getattr(jaxmg_cuda.mp, r) for r in _ROUTINES})
+# solves_transposed: whether getrs solves with the transpose of its factor. cuSolverMg's takes
+# CUBLAS_OP_N alone (so does the LAPACK twin, to be its faithful twin); ScaLAPACK's takes all three.
+_MG = types.SimpleNamespace(
+    solves_transposed=False, **{r: getattr(jaxmg_cuda, f"mg_{r}") for r in _ROUTINES}
+)
+_MP_CPU = types.SimpleNamespace(
+    solves_transposed=True, **{r: getattr(jaxmg_cuda.mp, r) for r in _ROUTINES}
+)
 
 
 def _refuse(fn: str, what: str):
@@ -54,8 +60,7 @@ def _mp_gpu(fn: str):
     inverse = _refuse(fn, "inverse (potri, and the derivative of a log-determinant)")
     transposed = _refuse(
         fn,
-        "solve with A^T or A^H (lu_solve with trans=1 or 2; with trans=0 on A sharded by rows, "
-        "which the engine holds transposed; derivatives through lu_solve)",
+        "solve with A^T or A^H (lu_solve with trans=1 or 2, and derivatives through lu_solve)",
     )
 
     def getrs(*args, trans="N", **kwargs):
@@ -64,7 +69,7 @@ def _mp_gpu(fn: str):
         return wrappers["getrs"](*args, trans=trans, **kwargs)
 
     wrappers.update(potri=inverse, potri_factored=inverse, getrs=getrs)
-    return types.SimpleNamespace(**wrappers)
+    return types.SimpleNamespace(solves_transposed=False, **wrappers)
 
 
 def engine(platform: str, fn: str, backend: str = "mg"):

@@ -234,17 +234,19 @@ def _mirror_blocks_below(x, axis_name):
     return x
 
 
-def _conj_transpose_rows(z, axis_name):
-    """The row block ``Z^H[blk, :]`` from the row block ``Z[blk, :]`` (both ``[s, N]``).
+def _transpose_rows(z, axis_name, conjugate=True):
+    """The row block ``Z^H[blk, :]`` (``Z^T[blk, :]`` without ``conjugate``) from the row block
+    ``Z[blk, :]`` (both ``[s, N]``).
 
-    One ``all_to_all`` brings this device ``Z[:, blk]``; its conjugate transpose is the answer.
-    Not an in-place pairwise swap like :func:`_mirror_blocks_below`: the diagonal block would be
-    transposed in place, which XLA:CPU (jax 0.10-0.12) fuses into a loop that overwrites
-    elements before their mirror images are read; and the two ``ppermute``s that would give it
-    a buffer of its own made programs with several jaxmg calls starve XLA:CPU's threads.
+    One ``all_to_all`` brings this device ``Z[:, blk]``; its (conjugate) transpose is the
+    answer. Not an in-place pairwise swap like :func:`_mirror_blocks_below`: the diagonal block
+    would be transposed in place, which XLA:CPU (jax 0.10-0.12) fuses into a loop that
+    overwrites elements before their mirror images are read; and the two ``ppermute``s that
+    would give it a buffer of its own made programs with several jaxmg calls starve XLA:CPU's
+    threads.
     """
     other = jax.lax.all_to_all(z, axis_name, split_axis=1, concat_axis=0, tiled=True)
-    return jnp.conj(other).T
+    return (jnp.conj(other) if conjugate else other).T
 
 
 def _hermitian_from_triangle(x, axis_name):
@@ -340,7 +342,7 @@ def _syevd_local(a, *, T_A, n, cyclic, relayout, vectors, geometry, fn, v_column
     # conjugate transpose across devices.
     if v_columns:
         return w, jnp.conj(route.from_native(v_rows)).T, status
-    v = _conj_transpose_rows(route.from_native(v_rows), geometry.axis)
+    v = _transpose_rows(route.from_native(v_rows), geometry.axis)
     return w, (_relayout(v, T_A, geometry) if cyclic else v), status
 
 

@@ -311,7 +311,7 @@ def test_two_processes_on_one_gpu_solve_or_are_refused_by_nccl():
     assert_each_solved_or_refused_by_nccl(procs, checks)
 
 
-def test_the_one_gpu_scenario_solves_on_cpu_devices():
+def test_the_scenario_of_two_processes_on_one_device_solves_on_cpu():
     """The scenario's code on CPU devices, where nothing refuses it: every process solves (so
     a mistake in it shows here, not first on a GPU)."""
     procs = start_job("one_gpu", 2)

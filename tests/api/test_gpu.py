@@ -212,3 +212,26 @@ def test_gpu_factor_reuse_and_gradient(engine, form):
     x = inverse @ b_host
     expected = 0.5 * inverse - 0.5 * np.outer(x, x)  # symmetric: the Hermitian gradient
     np.testing.assert_allclose(grad, expected, atol=1e-9 * np.abs(expected).max())
+
+
+@pytest.mark.gpu
+def test_gpu_one_device_default_compiles_no_native_call(gpu_devices):
+    """On one GPU the default runs JAX's own solvers (issue 24: never slower than JAX on one
+    device): its programs hold none of jaxmg's native calls, while ``backend="mg"`` keeps
+    cuSolverMg."""
+    mesh = jax.make_mesh((1,), ("x",), devices=gpu_devices[:1])
+    n = 256
+    a = jax.device_put(hpd(n, np.float64), NamedSharding(mesh, P(None, "x")))
+    b = jax.device_put(np.ones((n, 1)), NamedSharding(mesh, P()))
+    programs = {
+        "potrs": lambda a, b, backend: jaxmg.potrs(a, b, backend=backend),
+        "syevd": lambda a, b, backend: jaxmg.syevd(a, backend=backend),
+        "lu_solve": lambda a, b, backend: jaxmg.lu_solve(a, b, TILE, backend=backend),
+    }
+    for name, program in programs.items():
+        counts = {}
+        for backend in (None, "mg"):
+            run = jax.jit(lambda a, b, program=program, backend=backend: program(a, b, backend))
+            hlo = run.lower(a, b).compile().as_text()
+            counts[backend] = hlo.count('custom_call_target="jaxmg_')
+        assert counts[None] == 0 and counts["mg"] >= 1, (name, counts)

@@ -18,8 +18,10 @@
   device; layout round trip; one device per process vs one process; backend "mp" against
   ScaLAPACK called directly); arguments after ``--`` go
   to ``benchmarks/solvers.py``.
-- ``gpu``: on a GPU machine, build against the installed CUDA, run the GPU tests with
-  ``JAXMG_REQUIRE_GPU=1`` and the GPU benchmarks (``benchmarks/gpu_validate.py``).
+- ``gpu``: on a GPU machine, offline, with its own Python (``benchmarks/gpu_validate.py``,
+  which also runs without nox): build jaxmg-cuda, run the CUDA layer and the GPU tests with
+  ``JAXMG_REQUIRE_GPU=1``, then the GPU benchmark table against JAX's own solvers; one results
+  file and one log in ``benchmarks/results`` (``-- --results DIR`` elsewhere).
 - ``mpi``: MKL's ScaLAPACK over MPICH, both from pip (``jaxmg[mpi]``), under ``mpiexec``: the
   engine alone on 1x2, 2x1 and 2x2 process grids laid out by ``jaxmg_layout.BlockCyclic2D``, its
   native targets on those grids, and jaxmg's API with ``backend="mp"`` on 2 and 4 processes;
@@ -314,7 +316,9 @@ def mpi(session):
 
 @nox.session(venv_backend="none")
 def gpu(session):
-    """GPU validation with the interpreter already on the GPU machine (offline, no venv)."""
+    """GPU validation with the interpreter already on the GPU machine (offline, no venv): every
+    step within 8 minutes on one H100, past any failure; arguments after ``--`` go to
+    ``benchmarks/gpu_validate.py`` (``--results DIR``, ``--budget SECONDS``)."""
     session.run("python", "benchmarks/gpu_validate.py", *session.posargs)
 
 

@@ -1,4 +1,4 @@
-"""Helpers shared by the benchmark scripts (timing, progress bar)."""
+"""Helpers shared by the benchmark scripts (timing, XLA's memory analysis, progress bar)."""
 
 import os
 import statistics
@@ -29,6 +29,29 @@ def timed_calls(fn, warmup, runs):
         fn()
         seconds.append(time.perf_counter() - start)
     return statistics.median(seconds), min(seconds), max(seconds)
+
+
+def program_memory(compiled) -> dict:
+    """XLA's memory analysis of a compiled program, bytes per device: its arguments, outputs,
+    temporaries, what outputs share with arguments (``alias``), ``program`` (arguments +
+    outputs - alias + temporaries) and XLA's own ``peak`` where this jaxlib reports it. Memory a
+    native call takes from XLA's scratch allocator while it runs is in none of them."""
+    analysis = compiled.memory_analysis()
+    if analysis is None:
+        return {}
+    out = {
+        "argument_bytes": analysis.argument_size_in_bytes,
+        "output_bytes": analysis.output_size_in_bytes,
+        "alias_bytes": analysis.alias_size_in_bytes,
+        "temp_bytes": analysis.temp_size_in_bytes,
+    }
+    out["program_bytes"] = (
+        out["argument_bytes"] + out["output_bytes"] - out["alias_bytes"] + out["temp_bytes"]
+    )
+    peak = getattr(analysis, "peak_memory_in_bytes", None)
+    if peak:
+        out["peak_bytes"] = peak
+    return out
 
 
 def start_mpi_jax():

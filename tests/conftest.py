@@ -91,10 +91,7 @@ def gpu_devices():
     """The visible GPUs; skips without one, fails instead when JAXMG_REQUIRE_GPU=1."""
     devices = _gpu_devices()
     if not devices:
-        message = (
-            "no GPU visible to JAX; jaxmg's GPU paths have not yet run on hardware "
-            "(set JAXMG_REQUIRE_GPU=1 to make this a failure)"
-        )
+        message = "no GPU visible to JAX (set JAXMG_REQUIRE_GPU=1 to make this a failure)"
         if os.environ.get("JAXMG_REQUIRE_GPU") == "1":
             pytest.fail("JAXMG_REQUIRE_GPU=1 but " + message)
         pytest.skip(message)

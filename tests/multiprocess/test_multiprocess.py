@@ -7,9 +7,10 @@ against numpy inside the worker. Their merged stdout and stderr only go into fai
 Gloo writes to the same stdout from C++, onto our lines at times. This suite needs no simulated
 device count of its own (each worker sets its own), so ``nox -s tests`` runs it once.
 
-The GPU cases (one GPU per process, CUDA IPC) have NOT YET RUN ON GPU HARDWARE; they skip
-without GPUs (``JAXMG_REQUIRE_GPU=1`` makes that a failure) and need as many GPUs as processes,
-except the one that puts two processes on one GPU.
+The GPU cases of one GPU per process (CUDA IPC) have NOT YET RUN ON GPU HARDWARE; they skip
+without GPUs (``JAXMG_REQUIRE_GPU=1`` makes that a failure) and need as many GPUs as processes.
+The one that puts two processes on one GPU ran on the H100 of issue 24, where jax's own NCCL
+collectives refused the job.
 """
 
 import json
@@ -98,6 +99,7 @@ def finish_job(procs, timeout=240):
             out, _ = p.communicate()
             read_checks(procs)
             pytest.fail(f"multi-process job overran its {timeout} s deadline:\n{out[-3000:]}")
+        p.output = out
         outputs.append(out)
     checks = read_checks(procs)
     return [p.returncode for p in procs], checks, "\n".join(o[-3000:] for o in outputs)
@@ -274,13 +276,44 @@ def test_backend_mp_across_gpu_processes(processes):
     assert_all_passed(codes, checks, output, processes, 2 * (2 * 2 + 1) + 2)
 
 
-def test_two_processes_on_one_gpu_are_refused_with_a_reason():
-    """cuSolverMg needs distinct GPUs: two processes on one GPU get the error that says so
-    (after the leader has mapped the other's memory: CUDA IPC works on one GPU), no hang."""
+# What NCCL says when the processes of one communicator share a GPU (NCCL's init.cc; jax's
+# collectives met it on the H100 of issue 24, before any jaxmg call).
+NCCL_REFUSAL = "Duplicate GPU detected"
+
+
+def assert_each_solved_or_refused_by_nccl(procs, checks):
+    """Each process of a job that puts two processes on one GPU either solved right (checked
+    against numpy on its own copy of ``x``) or met NCCL's refusal, in its error or its output
+    (``NCCL_DEBUG=WARN``; a process XLA ends on the error reports nothing itself)."""
+    outcomes = []
+    for i, p in enumerate(procs):
+        mine = [c for c in checks if c["process"] == i and c["check"] == "one_gpu"]
+        if mine and mine[0]["outcome"] == "solved":
+            assert mine[0]["ok"], (mine, p.output)
+            outcomes.append("solved")
+            continue
+        said = (mine[0]["error"] if mine else "") + p.output
+        assert NCCL_REFUSAL in said, (i, p.returncode, mine, p.output[-3000:])
+        outcomes.append("refused")
+    if set(outcomes) == {"solved"}:
+        assert [p.returncode for p in procs] == [0] * len(procs), [p.output for p in procs]
+    return outcomes
+
+
+def test_two_processes_on_one_gpu_solve_or_are_refused_by_nccl():
+    """Two processes on one GPU: the job ends before its deadline, and each process either
+    solved right or reports NCCL's refusal by name (cuSolverMg itself accepts a GPU listed
+    twice: issue 24)."""
     need_gpus(1)
-    codes, checks, output = run_job(
-        "one_gpu", 2, env={**gpu_env(1, 0.3), "JAXMG_TIMEOUT_S": "60"}, timeout=300
-    )
-    refused = [c for c in checks if c["check"] == "one_gpu_refused"]
-    assert len(refused) == 2 and all(c["ok"] for c in refused), output
-    assert codes == [0, 0], output
+    env = {**gpu_env(1, 0.3), "JAXMG_TIMEOUT_S": "60", "NCCL_DEBUG": "WARN"}
+    procs = start_job("one_gpu", 2, env=env)
+    _, checks, _ = finish_job(procs, timeout=300)  # fails the test at the deadline
+    assert_each_solved_or_refused_by_nccl(procs, checks)
+
+
+def test_the_scenario_of_two_processes_on_one_device_solves_on_cpu():
+    """The scenario's code on CPU devices, where nothing refuses it: every process solves (so
+    a mistake in it shows here, not first on a GPU)."""
+    procs = start_job("one_gpu", 2)
+    _, checks, _ = finish_job(procs)
+    assert assert_each_solved_or_refused_by_nccl(procs, checks) == ["solved", "solved"]

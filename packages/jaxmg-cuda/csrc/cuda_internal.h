@@ -82,8 +82,24 @@ class DeviceGuard {
   int device_ = 0;
 };
 
-// Memory that stays valid until the participant returns (XLA's scratch allocator in a handler).
+// Memory that stays valid until the participant returns (XLA's scratch allocator in a handler),
+// aligned to kScratchAlignment.
 using ScratchFn = std::function<std::optional<void*>(size_t bytes)>;
+
+// An allocator with the contract of XLA's FFI scratch allocator (ffi::ScratchAllocator::Allocate
+// -> XLA_FFI_DeviceMemory_Allocate in xla/ffi/ffi_api.cc): it refuses an alignment that is not
+// a power of two or exceeds kXlaMaxAlignment (its kMaxAlignment; the first H100 run refused 256
+// even for 960 bytes), and otherwise returns memory aligned to at least what was asked.
+using XlaAllocateFn = std::function<std::optional<void*>(size_t bytes, size_t alignment)>;
+constexpr size_t kXlaMaxAlignment = 16;
+// What jaxmg's device memory is aligned to, as cudaMalloc's (its workspaces, cuSOLVERMp's B).
+constexpr size_t kScratchAlignment = 256;
+
+// The ScratchFn of every CUDA handler (cuSolverMg and cuSOLVERMp), over `allocate`: it asks for
+// kScratchAlignment more bytes at an alignment XLA accepts and aligns the start up itself.
+ScratchFn AlignedScratch(XlaAllocateFn allocate);
+// AlignedScratch over a handler's XLA allocator (which must outlive the function).
+ScratchFn XlaScratch(ffi::ScratchAllocator& scratch);
 
 // One participant's own GPU: everything runs on its XLA stream (cuda_targets.cc). With
 // `api == nullptr` every use fails with `load_error`.

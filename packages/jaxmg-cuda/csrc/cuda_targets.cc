@@ -5,6 +5,7 @@
 // of the CUDA runtime and cuSolverMg (tests/native/fake_cuda), but no GPU has executed it yet.
 #include "cuda_targets.h"
 
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -124,6 +125,22 @@ class CudaDevice final : public Device {
 
 }  // namespace
 
+ScratchFn AlignedScratch(XlaAllocateFn allocate) {
+  return [allocate = std::move(allocate)](size_t bytes) -> std::optional<void*> {
+    std::optional<void*> memory = allocate(bytes + kScratchAlignment, kXlaMaxAlignment);
+    if (!memory.has_value() || *memory == nullptr) return std::nullopt;
+    const auto at = reinterpret_cast<uintptr_t>(*memory);
+    return reinterpret_cast<void*>((at + kScratchAlignment - 1) / kScratchAlignment *
+                                   kScratchAlignment);
+  };
+}
+
+ScratchFn XlaScratch(ffi::ScratchAllocator& scratch) {
+  return AlignedScratch([&scratch](size_t bytes, size_t alignment) {
+    return scratch.Allocate(bytes, alignment);
+  });
+}
+
 std::unique_ptr<Device> MakeCudaDevice(const Api* api, std::string load_error, cudaStream_t stream,
                                        int32_t ordinal, ScratchFn scratch) {
   return std::make_unique<CudaDevice>(api, std::move(load_error), stream, ordinal,
@@ -135,8 +152,7 @@ ffi::Error RunOnCuda(const Operands& o, cudaStream_t stream, int32_t ordinal,
   std::string load_error;
   const Api* api = cuda::Load(&load_error);
   std::unique_ptr<Device> device =
-      MakeCudaDevice(api, load_error, stream, ordinal,
-                     [&scratch](size_t bytes) { return scratch.Allocate(bytes, 256); });
+      MakeCudaDevice(api, load_error, stream, ordinal, XlaScratch(scratch));
   std::unique_ptr<Backend> backend = MakeCudaBackend(api);
   return Participate(o, *device, *backend, kMaxCudaDevices);
 }

@@ -144,15 +144,25 @@ class StagedPosition {
   }
   char* at(size_t offset) const { return static_cast<char*>(base_) + offset; }
   cudaStream_t stream() const { return stream_; }
-  // Scratch memory on this GPU, freed with the position (the handler's ScratchAllocator).
-  std::optional<void*> Scratch(size_t bytes) {
+  // Scratch memory on this GPU, freed with the position: the handler's ScratchAllocator, with
+  // XLA's contract (XLA_FFI_DeviceMemory_Allocate, xla/ffi/ffi_api.cc): an alignment that is
+  // not a power of two or exceeds 16 (its kMaxAlignment) is refused, as XLA refused jaxmg's 256
+  // on the first H100 run. What it returns is 16-aligned and deliberately never 32-aligned
+  // (16 bytes past cudaMalloc's base), so nothing can rely on more than was asked.
+  std::optional<void*> XlaAllocate(size_t bytes, size_t alignment) {
+    if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > kXlaMaxAlignment)
+      return std::nullopt;
     DeviceGuard guard(api_);
     void* m = nullptr;
     if (api_->cudaSetDevice(ordinal_) != cuda::cudaSuccess ||
-        api_->cudaMalloc(&m, bytes) != cuda::cudaSuccess)
+        api_->cudaMalloc(&m, bytes + kXlaMaxAlignment) != cuda::cudaSuccess)
       return std::nullopt;
     scratch_.push_back(m);
-    return m;
+    return static_cast<char*>(m) + kXlaMaxAlignment;
+  }
+  ScratchFn Scratch() {
+    return AlignedScratch(
+        [this](size_t bytes, size_t alignment) { return XlaAllocate(bytes, alignment); });
   }
 
  private:
@@ -337,8 +347,7 @@ bool RunCudaOnHost(const HostCall& c, HostResult* out, std::string* error) {
   if (c.grid.empty()) {  // cuSolverMg: the protocol, with the leader's library
     body = [api](const Operands& o, StagedPosition& staged, int ordinal) {
       std::unique_ptr<Device> device =
-          MakeCudaDevice(api, "", staged.stream(), ordinal,
-                         [&staged](size_t bytes) { return staged.Scratch(bytes); });
+          MakeCudaDevice(api, "", staged.stream(), ordinal, staged.Scratch());
       std::unique_ptr<Backend> backend = MakeCudaBackend(api);
       return Participate(o, *device, *backend, kMaxCudaDevices);
     };
@@ -346,7 +355,7 @@ bool RunCudaOnHost(const HostCall& c, HostResult* out, std::string* error) {
     MpGrid grid{c.n, c.grid[0], c.grid[1]};
     body = [grid, &c](const Operands& o, StagedPosition& staged, int ordinal) {
       return RunOnCusolverMp(o, grid, ffi::Span<const int64_t>(c.nccl_id), staged.stream(), ordinal,
-                             [&staged](size_t bytes) { return staged.Scratch(bytes); });
+                             staged.Scratch());
     };
   }
   std::vector<std::thread> threads;

@@ -41,9 +41,20 @@ void Bind(void* lib, const char* name, Slot& slot, std::string* missing) {
   slot = reinterpret_cast<Slot>(symbol);
 }
 
+// Why libraries did not open, one "\n  what: reason" line each: those not found anywhere, and
+// those found that the dynamic loader could not load (its reason: a missing dependency, an
+// undefined symbol, another architecture).
+struct OpenFailures {
+  std::string not_found;
+  std::string unloadable;
+};
+
 // Opens a library by soname from the folders the package set (SetCudaLibraryDirs), else the
-// loader's path, RTLD_GLOBAL; nullptr with what was tried appended to `tried`.
-void* OpenLibrary(const std::string& name, std::string* tried);
+// loader's path, RTLD_NOW | RTLD_GLOBAL; nullptr with the reason added to `failures`.
+void* OpenLibrary(const std::string& name, OpenFailures* failures);
+// What `failures` holds, for an error message: the libraries found but not loadable (with the
+// loader's reasons), then those not found.
+std::string DescribeFailures(const OpenFailures& failures);
 }  // namespace cuda
 
 const char* CusolverStatusName(int status);

@@ -1,7 +1,7 @@
 // What the CUDA files share (cuda_api.cc, cusolvermg.cc, cuda_targets.cc, cuda_testing.cc):
 // the loaded API, vendor messages, the macro every vendor call goes through, and the two
 // halves of the CUDA platform (backend.h): the participant's GPU and the leader's cuSolverMg.
-// NOT YET RUN ON GPU HARDWARE (see cuda_targets.cc).
+// What has run on GPU hardware and what has not: see cuda_targets.cc.
 #ifndef JAXMG_CUDA_INTERNAL_H_
 #define JAXMG_CUDA_INTERNAL_H_
 

@@ -1,8 +1,11 @@
 // The CUDA platform of the FFI handlers (routines.cc): a participant's own GPU, on XLA's
 // stream, and the leader's cuSolverMg (cusolvermg.cc).
-// NOT YET RUN ON GPU HARDWARE: this layer compiles in CI (no GPU there), its lowering is
-// tested on CPU and its body (RunCudaOnHost, cuda_testing.cc) runs in CI against an emulator
-// of the CUDA runtime and cuSolverMg (tests/native/fake_cuda), but no GPU has executed it yet.
+// On GPU hardware: the single-process path has run on one NVIDIA H100 (through XLA and through
+// RunCudaOnHost; the multi-device cases with that GPU listed several times). NOT YET RUN ON GPU
+// HARDWARE: two or more distinct GPUs (peer access, copies between GPUs), and the multi-process
+// mode (CUDA IPC: Share below, the leader's side in cusolvermg.cc). In CI (no GPU) this layer
+// compiles, its lowering is tested on CPU and its body runs against an emulator of the CUDA
+// runtime and cuSolverMg (RunCudaOnHost, cuda_testing.cc; tests/native/fake_cuda).
 #include "cuda_targets.h"
 
 #include <cstdint>

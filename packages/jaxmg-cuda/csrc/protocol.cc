@@ -42,9 +42,14 @@ std::string CheckOperands(const Operands& o, int32_t position, int max_participa
   if (r.pivots != Pivots::kNone && static_cast<int64_t>(o.ipiv_count) != p->local)
     return err + Cat("the pivots must be int32 [L=", p->local, "], got ", o.ipiv_count,
                      " elements");
-  if (r.op == Op::kGetrs && o.trans != 'N' && o.trans != 'T' && o.trans != 'C')
-    return err + Cat("trans must be 'N', 'T' or 'C' (as its character code), got ",
-                     int{o.trans});
+  // cuSolverMg's getrs solves with A alone: an H100 answered trans 'T' and 'C' with info -1.
+  // The CPU twin refuses them alike, so that it runs what the GPU runs.
+  if (r.op == Op::kGetrs && o.trans != 'N')
+    return err + Cat("trans must be 'N' (as its character code), got ", int{o.trans},
+                     o.trans == 'T' || o.trans == 'C' ? Cat(" ('", o.trans, "')") : "",
+                     ": cuSolverMg solves only with A itself (its getrs refuses A^T and A^H), "
+                     "and the CPU twin does as it does; jaxmg.lu_solve solves with A^T or A^H "
+                     "(trans=1, 2) through a factor of the transpose");
   // A factor is block-cyclic already: to_cyclic moves would scramble it, and one that is only
   // read has no result to move back.
   if (r.StartsFromFactor() && o.to_cyclic.size() != 0)
@@ -102,7 +107,6 @@ bool ReturnsMatrix(const Operands& o) {
 MgCall MakeCall(const Operands& o, const Problem& p, const std::vector<Slot>& slots) {
   MgCall call;
   call.routine = o.routine;
-  call.trans = o.trans;
   call.dtype = p.dtype;
   // CheckOperands verified that these fit an int (CheckLibrarySizes).
   call.n = static_cast<int>(p.n);

@@ -29,7 +29,9 @@
   computes with that ScaLAPACK.
 - ``cuda_abi``: no GPU needed: fetch NVIDIA's CUDA 12 and 13 wheels (pinned, cached in
   ``.nox/cuda_abi-cache``) and check ``csrc/cuda_api.h`` against their headers and libraries,
-  and ``csrc/cusolvermp_api.h`` against the cuSOLVERMp and NCCL wheels for each.
+  and ``csrc/cusolvermp_api.h`` against the cuSOLVERMp and NCCL wheels for each; then build
+  the module once with ``-static-libstdc++`` and check that it exports nothing but its entry
+  point (``packages/jaxmg-cuda/abi/exports.py``).
 """
 
 import os
@@ -350,7 +352,10 @@ if os.environ.get("JAXMG_NOX_VERBOSE"):
 @nox.session
 def cuda_abi(session):
     """Check csrc/cuda_api.h and csrc/cusolvermp_api.h against NVIDIA's CUDA 12 and 13
-    headers and libraries (cuSOLVERMp and NCCL for the latter), with no GPU."""
-    # cmake, pybind11 and jax: the self-test configures packages/jaxmg-cuda's CMakeLists.txt.
-    session.install("cmake", "pybind11>=2.13", "jax>=0.10", "jaxlib>=0.10")
+    headers and libraries (cuSOLVERMp and NCCL for the latter), with no GPU; then build the
+    module with -static-libstdc++ and check that it exports PyInit__jaxmg_cuda alone."""
+    # cmake, pybind11 and jax: the self-test configures packages/jaxmg-cuda's CMakeLists.txt,
+    # and the module is built once with -static-libstdc++ (with ninja) to check its exports.
+    session.install("cmake", "ninja", "pybind11>=2.13", "jax>=0.10", "jaxlib>=0.10")
     session.run("python", str(PACKAGES / "jaxmg-cuda" / "abi" / "cuda_abi.py"), *session.posargs)
+    session.run("python", str(PACKAGES / "jaxmg-cuda" / "abi" / "exports.py"), "--static-libstdcxx")

@@ -56,7 +56,8 @@ def asan(session):
         "-C",
         f"cmake.define.CMAKE_CXX_FLAGS={flags}",
         "-C",
-        "cmake.define.CMAKE_SHARED_LINKER_FLAGS=-fsanitize=address",
+        # MODULE: CMAKE_SHARED_LINKER_FLAGS does not reach a pybind11 module.
+        "cmake.define.CMAKE_MODULE_LINKER_FLAGS=-fsanitize=address",
         "-C",
         "build-dir=build/asan",
         str(HERE),

@@ -12,8 +12,11 @@ outputs. Only XLA's binding of the handler is left out.
   the pointer arrays, workspace sizes, IPC handles opened and closed in pairs, no leaks), and
   with asynchronous copies deferred to the next synchronisation. It proves the plumbing, not
   what the real cuSolverMg does.
-- On a GPU machine the same cases run on the real libraries (``test_*_on_gpu``, one GPU per
-  mesh position; these have NOT YET RUN ON GPU HARDWARE).
+- On a GPU machine the same cases run on the real libraries (``test_*_on_gpu`` and the
+  ``gpu`` variants), every case whatever its device count: mesh position ids are mapped onto
+  the GPUs present (``id % count``), so one GPU is listed several times where there are fewer
+  GPUs than positions, which cuSolverMg accepts (one H100 listed 2, 3, 4 and 8 times computed
+  every case right).
 """
 
 import os
@@ -217,8 +220,15 @@ def _real_gpus():
     if have == 0:
         if os.environ.get("JAXMG_REQUIRE_GPU") == "1":
             pytest.fail("JAXMG_REQUIRE_GPU=1 but no GPU was found (nvidia-smi -L)")
-        pytest.skip("no GPU (nvidia-smi -L): the real CUDA path has NOT YET RUN ON HARDWARE")
+        pytest.skip("no GPU (nvidia-smi -L)")
     return have
+
+
+def on_gpus(kwargs, gpus):
+    """``kwargs``'s call with its device ids mapped onto ``gpus`` GPUs (``id % gpus``): a GPU
+    is listed several times where there are fewer GPUs than mesh positions, as cuSolverMg
+    accepts."""
+    return dict(kwargs, device_ids=[i % gpus for i in kwargs["device_ids"]])
 
 
 class Libraries:
@@ -231,9 +241,9 @@ class Libraries:
     def emulated(self):
         return self.folder != "-"
 
-    def need(self, count):
-        if self.gpus < count:
-            pytest.skip(f"needs {count} GPUs, {self.gpus} here")
+    def place(self, kwargs):
+        """``kwargs``'s call on the GPUs here (on_gpus); the emulator has 16."""
+        return on_gpus(kwargs, self.gpus)
 
     def assert_clean(self, out, solver_calls=None):
         """The emulator's bookkeeping after a process's calls (nothing to read on real GPUs)."""
@@ -291,17 +301,25 @@ def general(n, dtype, seed=0):
     return m.astype(dtype)
 
 
-def spread_pivots(ipiv, n, ndev, tile):
+def column_map(n, ndev, tile, width):
+    """Each position's [width] local columns: the global column each holds, -1 for padding."""
+    out = np.full((ndev, width), -1)
+    for col in range(n):
+        k, offset = divmod(col, tile)
+        out[k % ndev, (k // ndev) * tile + offset] = col
+    return out
+
+
+def spread_pivots(ipiv, n, ndev, tile, width):
     """LAPACK's 1-based ``ipiv`` ([N]) as each position's [L] int32, like its columns."""
-    plan = jaxmg_layout.CyclicPlan.make(n, ndev, tile)
-    columns = plan.column_map()
+    columns = column_map(n, ndev, tile, width)
     return [np.where(g >= 0, ipiv[np.maximum(g, 0)], 1).astype(np.int32) for g in columns]
 
 
 def gather_pivots(buffers, n, ndev, tile):
-    plan = jaxmg_layout.CyclicPlan.make(n, ndev, tile)
+    width = len(buffers[0]) // 4
     ipiv = np.zeros(n, np.int64)
-    for d, g in enumerate(plan.column_map()):
+    for d, g in enumerate(column_map(n, ndev, tile, width)):
         local = np.frombuffer(buffers[d], np.int32)
         ipiv[g[g >= 0]] = local[g >= 0]
     return ipiv
@@ -346,13 +364,29 @@ def factored_case(op, dtype, n, tile, device_ids, *, trans="N", singular=False, 
         trans=trans,
     )
     if ipiv is not None:
-        kwargs["ipiv"] = [p.tobytes() for p in spread_pivots(ipiv, n, ndev, tile)]
+        width = blocks.shape[1]
+        kwargs["ipiv"] = [p.tobytes() for p in spread_pivots(ipiv, n, ndev, tile, width)]
     if moves is not None:  # to the block-cyclic layout only: a factor stays there
         kwargs["to_cyclic"] = moves.to_cyclic.reshape(-1).tolist()
     return kwargs, {"A": A, "b": b}
 
 
+GETRS_N_ONLY = "cuSolverMg solves only with A itself"
+
+
+def refused_trans(kwargs):
+    """A getrs with trans 'T' or 'C': cuSolverMg's getrs takes 'N' alone (info -1 on an H100
+    for the others), so jaxmg refuses it on every position before the library."""
+    return kwargs["op"] == "getrs" and kwargs.get("trans", "N") != "N"
+
+
 def check_factored(kwargs, data, result):
+    if refused_trans(kwargs):
+        errors, trans = result["errors"], kwargs["trans"]
+        assert len(errors) == len(kwargs["positions"]), errors
+        expected = f"jaxmg_getrs: trans must be 'N' (as its character code), got {ord(trans)}"
+        assert all(e.startswith(expected) and GETRS_N_ONLY in e for e in errors), errors
+        return
     assert result["errors"] == [""] * len(result["errors"]), result["errors"]
     A, b, op = data["A"], data["b"], kwargs["op"]
     dtype, n, ndev, tile = (
@@ -393,12 +427,11 @@ def check_factored(kwargs, data, result):
         for i, p in enumerate(ipiv - 1):  # the interchanges, in order
             PA[[i, p]] = PA[[p, i]]
         np.testing.assert_allclose(L @ U, PA, atol=100 * n * eps * big)
-    else:  # the solves: x on every position
+    else:  # the solves (with A: trans 'N'): x on every position
         assert result["status"] == [0] * ndev
-        op_a = {"N": A, "T": A.T, "C": A.conj().T}[kwargs["trans"]]
         for x in result["x"]:
             x = np.frombuffer(x, dtype).reshape(-1, n).T
-            residual = np.linalg.norm(op_a @ x - b) / (big * np.linalg.norm(x) * n * eps)
+            residual = np.linalg.norm(A @ x - b) / (big * np.linalg.norm(x) * n * eps)
             assert residual < 100, residual
 
 
@@ -411,14 +444,15 @@ def factored_cases():
             cases[f"potrs_factored-{tag}"] = factored_case("potrs_factored", dtype, 12, 2, ids)
             cases[f"potri_factored-{tag}"] = factored_case("potri_factored", dtype, 12, 2, ids)
             cases[f"getrf-{tag}"] = factored_case("getrf", dtype, 12, 2, ids)
-            for trans in "NTC":
+            for trans in "NTC":  # 'T' and 'C': refused before the library
                 cases[f"getrs-{trans}-{tag}"] = factored_case(
                     "getrs", dtype, 12, 2, ids, trans=trans
                 )
     # Padding (N not a multiple of T_A x devices), the in-place relayout into a factor, and an
     # exactly singular U.
     cases["getrf-padded"] = factored_case("getrf", "float64", 10, 4, [1, 0])
-    cases["getrs-padded"] = factored_case("getrs", "complex128", 10, 4, [1, 0], trans="C")
+    cases["getrs-padded"] = factored_case("getrs", "complex128", 10, 4, [1, 0])
+    cases["getrs-padded-C"] = factored_case("getrs", "complex128", 10, 4, [1, 0], trans="C")
     cases["potrf-in-place"] = factored_case("potrf", "float64", 15, 2, [2, 0, 1], in_place=True)
     cases["getrf-in-place"] = factored_case("getrf", "complex64", 15, 2, [2, 0, 1], in_place=True)
     cases["getrf-singular"] = factored_case("getrf", "float64", 12, 2, [0, 1], singular=True)
@@ -446,9 +480,9 @@ def test_factored_routines_on_emulator(factored, name):
 
 # --- chained on the emulator: each factor call's outputs are the next calls' inputs ----------
 # potrf's factor into potrs_factored and potri_factored, getrf's LU and returned pivot bytes
-# into getrs (N, T, C), as the jaxmg package chains them: one process makes the factors, a
-# second one reads them. With the in-place relayout the factor calls take the block layout and
-# to_cyclic, and potri_factored brings the inverse back with from_cyclic alone.
+# into getrs (N; T and C are refused), as the jaxmg package chains them: one process makes the
+# factors, a second one reads them. With the in-place relayout the factor calls take the block
+# layout and to_cyclic, and potri_factored brings the inverse back with from_cyclic alone.
 
 CHAINS = {  # name: (dtype, n, tile, device_ids, in_place)
     "float64-3dev": ("float64", 12, 2, [2, 0, 1], False),
@@ -551,13 +585,16 @@ def test_emulator_saw_no_misuse_and_nothing_leaked(request, run):
     if run == "emulated":
         state, calls = request.getfixturevalue("emulated")[1], len(EMULATED)
     elif run == "factored":
-        state, calls = request.getfixturevalue("factored")[1], len(FACTORED)
+        state = request.getfixturevalue("factored")[1]
+        calls = sum(not refused_trans(kw) for kw, _ in FACTORED.values())
     else:
         _, states, first, second = request.getfixturevalue("chained")
         half = run.split("-")[1]
-        # Every call reaches the library but the refused one.
+        # Every call reaches the library but the refused ones.
         state = states[half]
         calls = len(first) if half == "factors" else len(second) - 1
+        if half == "reads":
+            calls -= sum(refused_trans(kw) for kw in second.values())
     assert state["violations"] == 0, state["violation_text"]
     assert state["live_allocations"] == 0
     assert state["queued_ops"] == 0
@@ -575,8 +612,9 @@ def test_emulator_saw_no_misuse_and_nothing_leaked(request, run):
 def test_not_positive_definite(libraries, tmp_path, op, dtype, in_place):
     """cuSolverMg's info > 0 (LAPACK's: the order of the first minor that is not positive
     definite) becomes every position's status; x (potrs) or the inverse (potri) is NaN."""
-    ids = list(range(min(2, libraries.gpus)))
+    ids = [0, 1]
     kwargs, data = make_case(op, dtype, 12, 2, ids, spd=False, in_place=in_place)  # A[6,6] = -1
+    kwargs = libraries.place(kwargs)
     out = run_calls(libraries.folder, [kwargs], tmp_path)
     result = out["results"][0]
     assert result["errors"] == [""] * len(ids)
@@ -645,14 +683,65 @@ def test_without_peer_access_on_emulator(emulator, tmp_path):
     assert state["violations"] == 0, state["violation_text"]
 
 
-def test_repeated_gpu_is_refused_before_the_library(libraries, tmp_path):
-    """Two mesh positions on one GPU: every position gets the refusal, the library is not
-    called."""
-    kwargs, _ = make_case("potrs", "float64", 8, 2, [0, 0])
+@pytest.mark.parametrize(
+    ("op", "tile", "refusal"),
+    [
+        ("getrf", 512, None),
+        ("getrf", 1024, "cuSolverMg's getrf refuses a column tile of 1024 or more"),
+        ("syevd", 1024, None),
+        ("syevd", 2048, "cuSolverMg's syevd takes a column tile of at most 1024, got T_A=2048"),
+    ],
+)
+def test_tiles_cusolvermg_refuses_are_refused_before_it(libraries, tmp_path, op, tile, refusal):
+    """cuSolverMg's getrf answered a tile of 1024 or more with info -6 on an H100 (512 worked),
+    and its syevd takes tiles up to 1024: jaxmg refuses the others on every position before
+    any library call, and runs the rest right."""
+    if op == "getrf":
+        kwargs, data = factored_case(op, "float64", 12, tile, [0, 1])
+    else:
+        kwargs, data = make_case(op, "float64", 12, tile, [0, 1])
+    kwargs = libraries.place(kwargs)
     out = run_calls(libraries.folder, [kwargs], tmp_path)
-    errors = out["results"][0]["errors"]
-    assert len(errors) == 2 and all("lists a GPU twice" in e for e in errors), errors
+    result = out["results"][0]
+    if refusal is None:
+        (check_factored if op == "getrf" else check)(kwargs, data, result)
+        libraries.assert_clean(out, solver_calls=1)
+        return
+    errors = result["errors"]
+    assert len(errors) == 2 and all(f"jaxmg_{op}: {refusal}" in e for e in errors), errors
     libraries.assert_clean(out, solver_calls=0)
+
+
+REPEATED = {  # one GPU listed several times, and GPUs listed in turn
+    "potrs-[0,0]": ("potrs", "float64", 8, 2, [0, 0], False),
+    "potri-[3,3,3]": ("potri", "complex128", 12, 2, [3, 3, 3], False),
+    "syevd-[1,0,1,0]": ("syevd", "float32", 16, 2, [1, 0, 1, 0], False),
+    "potrs-in-place-[2,2,2]": ("potrs", "complex64", 15, 2, [2, 2, 2], True),
+    "syevd-in-place-[0,1,0]": ("syevd", "float64", 15, 2, [0, 1, 0], True),
+}
+
+
+@pytest.mark.parametrize("name", list(REPEATED))
+def test_repeated_gpu_runs_right(libraries, tmp_path, name):
+    """Several mesh positions on one GPU: cuSolverMg takes such a device list and computes
+    right (one H100 listed 2, 3, 4 and 8 times: 54 of 54 cases), so jaxmg runs it; with the
+    in-place relayout the tiles move between positions that share a GPU."""
+    op, dtype, n, tile, ids, in_place = REPEATED[name]
+    kwargs, data = make_case(op, dtype, n, tile, ids, in_place=in_place)
+    kwargs = libraries.place(kwargs)
+    out = run_calls(libraries.folder, [kwargs], tmp_path)
+    check(kwargs, data, out["results"][0])
+    # potrf, then potrs on 3 right-hand sides in chunks of T_A = 2, or potri; one syevd.
+    libraries.assert_clean(out, solver_calls={"potrs": 3, "potri": 2, "syevd": 1}[op])
+
+
+def test_repeated_gpu_lu_runs_right(libraries, tmp_path):
+    """getrf with one GPU listed twice, against scipy, and a solve from its factor."""
+    kwargs, data = factored_case("getrf", "complex128", 12, 2, [1, 1])
+    kwargs = libraries.place(kwargs)
+    out = run_calls(libraries.folder, [kwargs], tmp_path)
+    check_factored(kwargs, data, out["results"][0])
+    libraries.assert_clean(out, solver_calls=1)
 
 
 def run_one_position_per_process(folder, kwargs, tmp_path):
@@ -705,57 +794,41 @@ def test_processes_share_by_cuda_ipc(libraries, tmp_path, op, in_place):
     """The multi-process GPU protocol on 3 processes: the others share their buffers as CUDA
     IPC handles, position 0's process maps them, runs the library for all (and moves tiles
     between the mapped buffers, in place), closes them."""
-    libraries.need(3)
     kwargs, data = make_case(op, "complex128", 15, 2, [2, 0, 1], nrhs=2, in_place=in_place)
+    kwargs = libraries.place(kwargs)
     outs = run_one_position_per_process(libraries.folder, kwargs, tmp_path)
     check(kwargs, data, merged(outs))
     for position, out in enumerate(outs):  # only the leader runs the library
         libraries.assert_clean(out, solver_calls=None if position == 0 else 0)
 
 
-def test_two_processes_on_one_gpu_are_refused(libraries, tmp_path):
+def test_two_processes_on_one_gpu_run_right(libraries, tmp_path):
     """Two processes on one GPU: the leader maps the other's memory (CUDA IPC works on one
-    GPU), then refuses the device list, since cuSolverMg needs distinct GPUs; both processes
-    get the reason, every handle closed."""
-    kwargs, _ = make_case("potri", "float64", 8, 2, [0, 0])
+    GPU) and runs cuSolverMg with the GPU listed twice, which it accepts; both processes get
+    the right inverse, every handle closed. (Two jax processes on one GPU are refused by jax's
+    own NCCL first, "Duplicate GPU detected"; this runs the CUDA layer alone.)"""
+    kwargs, data = make_case("potri", "float64", 8, 2, [0, 0])
     outs = run_one_position_per_process(libraries.folder, kwargs, tmp_path)
-    errors = merged(outs)["errors"]
-    assert all("lists a GPU twice" in e for e in errors), errors
-    for out in outs:
-        libraries.assert_clean(out, solver_calls=0)
+    check(kwargs, data, merged(outs))
+    for position, out in enumerate(outs):  # only the leader runs the library
+        libraries.assert_clean(out, solver_calls=None if position == 0 else 0)
 
 
-def test_repeated_gpu_probe_runs_on_emulator(emulator):
-    """The probe ``nox -s gpu`` runs (cuSolverMg with one GPU listed twice) gets through every
-    step and reads its own result back right. The emulator accepts a repeated GPU, so this
-    checks the probe, not cuSolverMg's answer."""
-    script = (
-        "import sys; from jaxmg_cuda import _jaxmg_cuda as m\n"
-        "m.set_cuda_library_dirs([sys.argv[1]])\n"
-        "print(m.probe_repeated_gpu(3))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", script, emulator], capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr
-    report = done.stdout.strip()
-    assert "GPU 3 listed twice" in report and report.endswith("(correct)"), report
-    assert "violation" not in done.stderr, done.stderr
-
-
-# --- every emulated case on real GPUs (NOT YET RUN ON GPU HARDWARE) ---------------------------
+# --- every emulated case on real GPUs, mapped onto the GPUs present --------------------------
 
 
 @pytest.mark.gpu
 def test_cuda_path_on_gpu(tmp_path):
-    """Every emulated case whose GPUs exist here, on the real CUDA runtime and cuSolverMg."""
+    """Every emulated case on the real CUDA runtime and cuSolverMg, its device ids mapped onto
+    the GPUs here (on_gpus)."""
     have = _real_gpus()
-    names = [k for k, (kw, _) in EMULATED.items() if max(kw["device_ids"]) < have]
-    out = run_calls("-", [EMULATED[k][0] for k in names], tmp_path)
+    names = list(EMULATED)
+    calls = [on_gpus(EMULATED[k][0], have) for k in names]
+    out = run_calls("-", calls, tmp_path)
     failures = []
-    for name, result in zip(names, out["results"], strict=True):
+    for name, call, result in zip(names, calls, out["results"], strict=True):
         try:
-            check(*EMULATED[name], result)
+            check(call, EMULATED[name][1], result)
         except AssertionError as error:
             failures.append(f"{name}: {error}")
     assert not failures, "\n".join(failures)
@@ -763,15 +836,16 @@ def test_cuda_path_on_gpu(tmp_path):
 
 @pytest.mark.gpu
 def test_factored_routines_on_gpu(tmp_path):
-    """Every factored case whose GPUs exist here, on the real CUDA runtime and cuSolverMg
-    (NOT YET RUN ON GPU HARDWARE: skips without a GPU)."""
+    """Every factored case on the real CUDA runtime and cuSolverMg, its device ids mapped onto
+    the GPUs here (on_gpus)."""
     have = _real_gpus()
-    names = [k for k, (kw, _) in FACTORED.items() if max(kw["device_ids"]) < have]
-    out = run_calls("-", [FACTORED[k][0] for k in names], tmp_path)
+    names = list(FACTORED)
+    calls = [on_gpus(FACTORED[k][0], have) for k in names]
+    out = run_calls("-", calls, tmp_path)
     failures = []
-    for name, result in zip(names, out["results"], strict=True):
+    for name, call, result in zip(names, calls, out["results"], strict=True):
         try:
-            check_factored(*FACTORED[name], result)
+            check_factored(call, FACTORED[name][1], result)
         except AssertionError as error:
             failures.append(f"{name}: {error}")
     assert not failures, "\n".join(failures)

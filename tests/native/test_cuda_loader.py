@@ -12,7 +12,6 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -59,21 +58,32 @@ def folder(stubs, tmp_path, name, *sonames):
     return path
 
 
-def load(tmp_path, dirs, preload=None):
+# Loads cuSOLVERMp and NCCL (backend "mp" on GPUs), after the CUDA runtime and cuSolverMg.
+LOAD_MP = """
+try:
+    _jaxmg_cuda.nccl_unique_id()
+    error = ""
+except RuntimeError as e:
+    error = str(e)
+"""
+
+
+def load(tmp_path, dirs, preload=None, call="error = _jaxmg_cuda.load_cuda_libraries()"):
     """Runs the loader in a fresh process after ``preload`` (as jax's CUDA plugin would);
-    returns its error ('' on success) and the library files mapped afterwards."""
-    script = textwrap.dedent(
-        f"""
-        import ctypes, json, sys
-        from jaxmg_cuda import _jaxmg_cuda
-        if {str(preload)!r} != "None":
-            ctypes.CDLL({str(preload)!r}, mode=ctypes.RTLD_GLOBAL)
-        _jaxmg_cuda.set_cuda_library_dirs({[str(d) for d in dirs]!r})
-        error = _jaxmg_cuda.load_cuda_libraries()
-        with open("/proc/self/maps") as f:
-            mapped = sorted({{line.split()[-1] for line in f if "{tmp_path}" in line}})
-        print(json.dumps({{"error": error, "mapped": mapped}}))
-        """
+    returns its error ('' on success) and the library files mapped afterwards. ``call`` sets
+    ``error``: the CUDA runtime and cuSolverMg by default."""
+    script = "\n".join(
+        [
+            "import ctypes, json",
+            "from jaxmg_cuda import _jaxmg_cuda",
+            f"if {str(preload)!r} != 'None':",
+            f"    ctypes.CDLL({str(preload)!r}, mode=ctypes.RTLD_GLOBAL)",
+            f"_jaxmg_cuda.set_cuda_library_dirs({[str(d) for d in dirs]!r})",
+            call,
+            "with open('/proc/self/maps') as f:",
+            f"    mapped = sorted({{line.split()[-1] for line in f if {str(tmp_path)!r} in line}})",
+            "print(json.dumps({'error': error, 'mapped': mapped}))",
+        ]
     )
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
@@ -120,3 +130,55 @@ def test_newest_complete_pair_when_nothing_is_loaded(stubs, tmp_path):
     error, mapped = load(tmp_path, [d12, d13])
     assert error == ""
     assert mapped == {"d13/libcudart.so.13", "d13/libcusolverMg.so.12"}
+
+
+@pytest.fixture(scope="module")
+def mp_stubs(tmp_path_factory, once_per_suite):
+    """Stand-ins for backend "mp"'s libraries: an NCCL that loads, and a cuSOLVERMp that needs
+    a symbol no library here defines (as cuSOLVERMp 0.9.1 for CUDA 13, through cuBLASMp 0.10,
+    needed ncclCommQueryProperties, which the H100's NCCL 2.28 lacks)."""
+    compiler = shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++")
+    if compiler is None:
+        pytest.skip("no C++ compiler to build the stand-in libraries")
+    built = tmp_path_factory.mktemp("mp_stubs")
+    sources = {
+        "libnccl.so.2": 'extern "C" int jaxmg_stub_nccl() { return 0; }\n',
+        "libcusolverMp.so.0": (
+            'extern "C" int ncclCommQueryProperties(void*, void*);\n'
+            'extern "C" int jaxmg_stub_mp() { return ncclCommQueryProperties(0, 0); }\n'
+        ),
+    }
+    for soname, text in sources.items():
+        source = built / f"{soname}.cc"
+        source.write_text(text)
+        subprocess.run(
+            [compiler, "-shared", "-fPIC", f"-Wl,-soname,{soname}", "-o", str(built / soname)]
+            + [str(source)],
+            check=True,
+            timeout=120,
+        )
+    return built
+
+
+def test_mp_libraries_found_but_not_loadable_say_why(stubs, mp_stubs, tmp_path):
+    """cuSOLVERMp is there but does not load (an undefined NCCL symbol): the error says it was
+    found, gives the loader's reason and the versions needed, and does not call it missing."""
+    d13 = folder(stubs, tmp_path, "d13", *SONAMES["cuda13"])
+    mp = tmp_path / "mp"
+    shutil.copytree(mp_stubs, mp)
+    error, _ = load(tmp_path, [d13, mp], call=LOAD_MP)
+    assert "found but could not all be loaded" in error, error
+    assert f"{mp}/libcusolverMp.so.0: " in error and "ncclCommQueryProperties" in error, error
+    assert "NCCL >= 2.29.2" in error, error
+    assert "were not found" not in error and "Not found" not in error, error
+
+
+def test_mp_libraries_not_found_say_so(stubs, tmp_path):
+    """Neither NCCL nor cuSOLVERMp anywhere: the error says they were not found, and how to
+    install them."""
+    d13 = folder(stubs, tmp_path, "d13", *SONAMES["cuda13"])
+    error, _ = load(tmp_path, [d13], call=LOAD_MP)
+    if "could not all be loaded" in error:
+        pytest.skip(f"a cuSOLVERMp or NCCL on this machine's loader path: {error}")
+    assert "which were not found" in error and "libcusolverMp.so.0" in error, error
+    assert "pip install nvidia-cusolvermp" in error, error

@@ -7,7 +7,11 @@ the emulator itself right for LU, so that a failure there is jaxmg's and not the
 - getrf overwrites A with P L U (L unit lower, U upper) in the 1-D column block-cyclic layout
   of its descriptor, writes LAPACK's 1-based pivots distributed like A's columns (device p's
   IPIV holds the pivots of its local columns), and reports info = k for an exactly zero U(k, k);
-- getrs solves A X = B, A^T X = B and A^H X = B (CUBLAS_OP_N / T / C) from that factor;
+- getrs solves A X = B (CUBLAS_OP_N) from that factor;
+- what cuSolverMg refused on an H100 is refused alike, and is no violation: getrs with
+  CUBLAS_OP_T or _C answers info = -1 (its bufferSize takes them), getrf with a column tile of
+  1024 or more answers info = -6; syevd with a tile over 1024 (refused in a way not recorded)
+  is a violation;
 - misuse is a violation: IPIV on the wrong device or too small, a workspace below the
   bufferSize answer, getrs on pivots getrf did not write.
 
@@ -73,6 +77,7 @@ SIGNATURES = {
         PI64,
     ],
     "cusolverMgGetrs": [P, INT, INT, INT, PP, INT, INT, P, PP, PP, INT, INT, P, INT, PP, I64, PI],
+    "cusolverMgSyevd_bufferSize": [P, INT, INT, INT, PP, INT, INT, P, P, INT, INT, PI64],
     "fakecuda_violations": [ctypes.c_char_p, INT],
     "fakecuda_live_allocations": [],
 }
@@ -288,14 +293,11 @@ def test_getrf_getrs(lib, ids, n, tile, dtype):
         np.testing.assert_array_equal(piv, expected_piv + 1)
         np.testing.assert_allclose(factor, expected_lu, atol=1e3 * eps * np.abs(A).max())
     b = random_matrix(n, dtype, seed=1)[:, :3]
-    for trans, op in ((OP_N, A), (OP_T, A.T), (OP_C, A.conj().T)):
-        status, info, x = lu.getrs(trans, b)
-        assert (status, info) == (0, 0)
-        expected = np.linalg.solve(op.astype(np.complex128), b.astype(np.complex128))
-        cond = np.linalg.cond(A.astype(np.complex128))
-        np.testing.assert_allclose(
-            x, expected, atol=100 * n * eps * cond * np.abs(expected).max(), err_msg=str(trans)
-        )
+    status, info, x = lu.getrs(OP_N, b)
+    assert (status, info) == (0, 0)
+    expected = np.linalg.solve(A.astype(np.complex128), b.astype(np.complex128))
+    cond = np.linalg.cond(A.astype(np.complex128))
+    np.testing.assert_allclose(x, expected, atol=100 * n * eps * cond * np.abs(expected).max())
     mg.close()
     assert violations(lib)[0] == before, violations(lib)[1]
 
@@ -367,4 +369,61 @@ def test_misuse(lib):
     out = np.empty(n * 4)
     assert lib.cudaMemcpy(out.ctypes.data, lu.a[0], out.nbytes, D2H) != 0
     expect_violation(lib, before, "cudaMemcpy", "cuSolverMg call may still run")
+    mg.close()
+
+
+def test_getrs_takes_op_n_alone(lib):
+    """CUBLAS_OP_T and _C: the bufferSize query answers, getrs answers info = -1 and
+    CUSOLVER_STATUS_INVALID_VALUE (on the H100: info -1, the status not recorded), B is left
+    alone; no violation, it is the library's answer."""
+    A = random_matrix(8, np.float64, seed=6)
+    mg = Mg(lib, [0, 1])
+    lu = Lu(mg, A, 2)
+    assert lu.getrf() == (0, 0)
+    before = violations(lib)[0]
+    for trans in (OP_T, OP_C):
+        assert lu.getrs(trans, A[:, :2])[:2] == (3, -1)
+    assert violations(lib)[0] == before, violations(lib)[1]
+    mg.close()
+
+
+@pytest.mark.parametrize(("tile", "expected"), [(256, (0, 0)), (512, (0, 0)), (1024, (3, -6))])
+def test_getrf_refuses_tiles_of_1024_or_more(lib, tile, expected):
+    """As cuSolverMg on the H100 (N = 2048, 4096, 8192: tiles 256 and 512 worked, 1024 and
+    more gave info = -6, descrA): the bufferSize query answers, getrf refuses, no violation.
+    The emulator's rule does not depend on N: a small one keeps its naive LU fast."""
+    n = 12
+    A = np.eye(n) + np.tril(np.ones((n, n)), -1) / n  # LU without interchanges
+    mg = Mg(lib, [0, 1])
+    lu = Lu(mg, A, tile)
+    before = violations(lib)[0]
+    assert lu.getrf() == expected
+    assert violations(lib)[0] == before, violations(lib)[1]
+    if expected == (0, 0):
+        factor, piv = lu.result()
+        np.testing.assert_array_equal(piv, np.arange(1, n + 1))
+        np.testing.assert_allclose(np.diag(factor), 1.0)
+    mg.close()
+
+
+@pytest.mark.parametrize("tile", [1024, 2048])
+def test_syevd_tiles_over_1024_are_a_violation(lib, tile):
+    """syevd ran with tiles up to 1024 on the H100; larger ones were reported rejected (how is
+    not recorded): asking is a violation, 1024 is not."""
+    n = 4
+    mg = Mg(lib, [0])
+    desc = mg.desc(n, n, tile, np.float64)
+    a = ptrs([mg.malloc(0, 8 * n * tile)])
+    w = np.zeros(n)
+    lwork = ctypes.c_int64(-1)
+    before = violations(lib)[0]
+    status = lib.cusolverMgSyevd_bufferSize(
+        mg.handle, 1, 0, n, a, 1, 1, desc, w.ctypes.data, 1, 1, ctypes.byref(lwork)
+    )
+    if tile <= 1024:
+        assert status == 0 and lwork.value > 0
+        assert violations(lib)[0] == before, violations(lib)[1]
+    else:
+        assert status == 3
+        expect_violation(lib, before, "cusolverMgSyevd_bufferSize", "syevd takes tiles up to 1024")
     mg.close()

@@ -122,9 +122,9 @@ def sizes(ndev):
 @pytest.fixture(params=["cpu", "gpu"])
 def devices(request):
     """The CPU twin on the simulated devices, and the cuSolverMg path on the visible GPUs. The
-    GPU variants skip without a GPU: the cuSolverMg layer has never run on hardware yet."""
+    GPU variants skip without a GPU."""
     if request.param == "gpu":
-        return request.getfixturevalue("gpu_devices")  # skip reason says: never run on GPU
+        return request.getfixturevalue("gpu_devices")
     return jax.devices("cpu")
 
 
@@ -217,7 +217,8 @@ def general(n, dtype, seed=0):
 def factored_program(family, tile, devices, ids):
     """``cholesky``: (a, b) -> potrf's factor and status, potrs_factored's x and status,
     potri_factored's inverse and status. ``lu``: (a, b) -> getrf's lu, pivots and status, then
-    getrs's x and status for trans N, T and C. Per-device results come back stacked."""
+    getrs's x and status (trans N: the only one cuSolverMg takes, and so the CPU twin).
+    Per-device results come back stacked."""
     mesh = jax.make_mesh((len(devices),), ("x",), devices=devices)
     kw = dict(T_A=tile, device_ids=list(ids))
     per_device = P("x")
@@ -232,16 +233,13 @@ def factored_program(family, tile, devices, ids):
     def lu(a, b):
         pos = jax.lax.axis_index("x")
         lu, piv, s_f = jaxmg_cuda.mg_getrf(a, pos, **kw)
-        outs = [lu, piv, s_f[None]]
-        for trans in "NTC":
-            x, s_x = jaxmg_cuda.mg_getrs(lu, piv, b, pos, trans=trans, **kw)
-            outs += [x[None], s_x[None]]
-        return tuple(outs)
+        x, s_x = jaxmg_cuda.mg_getrs(lu, piv, b, pos, **kw)
+        return lu, piv, s_f[None], x[None], s_x[None]
 
     if family == "cholesky":
         local, out_specs = cholesky, (ROWS, per_device, per_device, per_device, ROWS, per_device)
     else:
-        local, out_specs = lu, (ROWS, per_device) + (per_device,) * 7
+        local, out_specs = lu, (ROWS, per_device) + (per_device,) * 3
     fn = jax.jit(
         jax.shard_map(local, mesh=mesh, in_specs=(ROWS, P()), out_specs=out_specs, check_vma=False)
     )
@@ -311,14 +309,12 @@ def test_getrf_getrs(devices, dtype):
     double = np.dtype(dtype) in (np.float64, np.complex128)
     for n, tile in sizes(len(devices)):
         A, B = general(n, dtype, seed=n), rhs(n, dtype)
-        lu, ipiv, s_f, *solves = run_factored("lu", A, B, tile, devices)
-        assert (s_f == 0).all()
+        lu, ipiv, s_f, x, s_x = run_factored("lu", A, B, tile, devices)
+        assert (s_f == 0).all() and (s_x == 0).all()
         check_lu(A, lu, ipiv)
         if double:  # the same LAPACK on the same matrix: the same interchanges
             np.testing.assert_array_equal(ipiv, scipy.linalg.lu_factor(A)[1] + 1)
-        for trans, x, s_x in zip("NTC", solves[::2], solves[1::2], strict=True):
-            assert (s_x == 0).all()
-            check_solutions({"N": A, "T": A.T, "C": A.conj().T}[trans], x, B)
+        check_solutions(A, x, B)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -334,14 +330,12 @@ def test_getrf_getrs_pivoting_and_ill_conditioned(devices, dtype):
     digits = -np.log10(1e3 * eps(dtype))
     ill = ((q1 * np.logspace(0, -digits, n)) @ q2).astype(dtype)
     for M, exact in ((A, True), (ill, False)):
-        lu, ipiv, s_f, *solves = run_factored("lu", M, B, tile, devices)
-        assert (s_f == 0).all()
+        lu, ipiv, s_f, x, s_x = run_factored("lu", M, B, tile, devices)
+        assert (s_f == 0).all() and (s_x == 0).all()
         check_lu(M, lu, ipiv)
         if M is A:
             assert ipiv[0] > n // 2
-        for trans, x, s_x in zip("NTC", solves[::2], solves[1::2], strict=True):
-            assert (s_x == 0).all()
-            check_solutions({"N": M, "T": M.T, "C": M.conj().T}[trans], x, B, exact=exact)
+        check_solutions(M, x, B, exact=exact)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.complex64])
@@ -388,7 +382,7 @@ def test_factors_from_the_in_place_relayout(cpu_devices, dtype):
         x_c, _ = jaxmg_cuda.mg_potrs_factored(factor, b, pos, **kw)
         inv, _ = jaxmg_cuda.mg_potri_factored(factor, pos, moves=back, **kw)
         lu, piv, s_l = jaxmg_cuda.mg_getrf(a, pos, moves=both, **kw)
-        x_l, _ = jaxmg_cuda.mg_getrs(lu, piv, b, pos, trans="C", **kw)
+        x_l, _ = jaxmg_cuda.mg_getrs(lu, piv, b, pos, **kw)
         return factor, inv, lu, piv, s_c[None], s_l[None], x_c[None], x_l[None]
 
     fn = jax.jit(
@@ -419,7 +413,7 @@ def test_factors_from_the_in_place_relayout(cpu_devices, dtype):
     )
     check_lu(G, cyclic(lu), piv[cyclic_rows(n, ndev, tile, moves.width)])
     check_solutions(A, x_c, B)
-    check_solutions(G.conj().T, x_l, B)
+    check_solutions(G, x_l, B)
     inv = inv.reshape(ndev, moves.width, n)
     inv = np.concatenate([inv[d, o : o + s].T for d, o in enumerate(moves.offsets)], axis=1)
     expected = np.linalg.inv(A.astype(np.complex128))
@@ -516,10 +510,13 @@ def test_getrs_refuses_wrong_pivot_shapes(cpu_devices, extra):
     assert jaxmg_cuda.open_meetings() == 0
 
 
-def test_getrs_refuses_unknown_trans(cpu_devices):
-    """In Python, and (a raw call) in the native check."""
+@pytest.mark.parametrize("trans", ["T", "C", "X"])
+def test_getrs_refuses_all_but_trans_n(cpu_devices, trans):
+    """cuSolverMg's getrs solves with A alone (an H100 answered 'T' and 'C' with info -1), and
+    the CPU twin does as it does: refused in Python, and (a raw call) in the native check of
+    every position, before the library."""
     ndev = len(cpu_devices)
-    with pytest.raises(ValueError, match="trans must be 'N', 'T' or 'C', got 'X'"):
+    with pytest.raises(ValueError, match=f"mg_getrs: trans must be 'N', got '{trans}'"):
         jaxmg_cuda.mg_getrs(
             jnp.eye(2),
             jnp.ones(2, jnp.int32),
@@ -527,7 +524,7 @@ def test_getrs_refuses_unknown_trans(cpu_devices):
             0,
             T_A=2,
             device_ids=[0],
-            trans="X",
+            trans=trans,
         )
 
     def local(a, b):
@@ -544,12 +541,16 @@ def test_getrs_refuses_unknown_trans(cpu_devices):
             pos,
             ndev=ndev,
             moves=[],
-            trans=np.int64(ord("X")),
+            trans=np.int64(ord(trans)),
         )
         return tuple(o[None] for o in outs)
 
-    with pytest.raises(Exception, match="trans must be 'N', 'T' or 'C' \\(as its character"):
+    message = f"jaxmg_getrs: trans must be 'N' \\(as its character code\\), got {ord(trans)}"
+    if trans != "X":
+        message += f" \\('{trans}'\\): cuSolverMg solves only with A itself"
+    with pytest.raises(Exception, match=message) as raised:
         _misuse(cpu_devices, local, 2)
+    assert "jaxmg.lu_solve solves with A^T or A^H" in str(raised.value)
     assert jaxmg_cuda.open_meetings() == 0
 
 
@@ -915,18 +916,6 @@ def test_cuda_libraries_load_or_explain():
         pytest.skip("jaxmg_cuda was built without CUDA support")
     message = jaxmg_cuda.load_cuda_libraries()
     assert message == "" or ("libcusolverMg" in message and "LD_LIBRARY_PATH" in message)
-
-
-@pytest.mark.usefixtures("once_per_suite")
-def test_repeated_gpu_probe_reports_instead_of_failing():
-    """The probe ``nox -s gpu`` runs: without the CUDA libraries it says why, never raises.
-    (With them it reports cuSolverMg's statuses; that path has not yet run on hardware.)"""
-    if not jaxmg_cuda.has_cuda_support():
-        pytest.skip("jaxmg_cuda was built without CUDA support")
-    if jaxmg_cuda.load_cuda_libraries() == "":
-        pytest.skip("the CUDA libraries load here: the probe would touch a GPU")
-    report = jaxmg_cuda.probe_repeated_gpu(0)
-    assert "libcusolverMg" in report and "LD_LIBRARY_PATH" in report, report
 
 
 @pytest.mark.usefixtures("once_per_suite")

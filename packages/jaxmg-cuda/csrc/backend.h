@@ -31,7 +31,6 @@ struct MgCall {
   int lda = 0;      // leading dimension of every local tile array (== N)
   int nrhs = 0;     // potrs: right-hand sides
   bool vectors = true;           // syevd: eigenvectors too
-  char trans = 'N';              // getrs: solve with A ('N'), A^T ('T') or A^H ('C')
   std::vector<int> devices;      // device ordinals (-1 on CPU)
   std::vector<void*> a;          // each position's local tile array (tile m = global tile
                                  // position + m * ndev)

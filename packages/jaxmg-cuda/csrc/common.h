@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
-#include <sstream>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "rendezvous.h"
@@ -20,6 +20,22 @@ namespace jaxmg {
 namespace ffi = xla::ffi;
 
 constexpr int kMaxCudaDevices = 16;
+
+// Plain string formatting for what every call builds (meeting keys, signatures, checks):
+// strings, characters and integers, appended without std::ostream.
+inline void AppendTo(std::string* s, const std::string& x) { *s += x; }
+inline void AppendTo(std::string* s, const char* x) { *s += x; }
+inline void AppendTo(std::string* s, char x) { *s += x; }
+template <typename T, std::enable_if_t<std::is_integral_v<T>, int> = 0>
+void AppendTo(std::string* s, T x) {
+  *s += std::to_string(x);
+}
+template <typename... A>
+std::string Cat(const A&... parts) {
+  std::string s;
+  (AppendTo(&s, parts), ...);
+  return s;
+}
 
 enum class Dtype { kF32, kF64, kC64, kC128 };
 
@@ -93,12 +109,11 @@ inline std::string CheckLibrarySizes(int64_t n, int64_t local, int64_t tile, int
 // XLA's RunId of the execution when the handler binds it (rendezvous.h).
 inline std::string MeetingKey(const char* target, ffi::Span<const int64_t> device_ids,
                               int64_t call_id, std::optional<int64_t> run_id = std::nullopt) {
-  std::ostringstream key;
-  key << target << "#" << call_id << "[";
-  for (size_t i = 0; i < device_ids.size(); ++i) key << (i ? "," : "") << device_ids[i];
-  key << "]";
-  if (run_id) key << "@run" << *run_id;
-  return key.str();
+  std::string key = Cat(target, "#", call_id, "[");
+  for (size_t i = 0; i < device_ids.size(); ++i) key += Cat(i ? "," : "", device_ids[i]);
+  key += "]";
+  if (run_id) key += Cat("@run", *run_id);
+  return key;
 }
 
 // Checks the local operand `a` ([L, N] row-major = column-major N x L) against the
@@ -107,47 +122,33 @@ inline std::string CheckMatrix(const char* target, ffi::AnyBuffer::Dimensions di
                                ffi::DataType type, int64_t tile,
                                ffi::Span<const int64_t> device_ids, int64_t position,
                                Problem* p) {
-  std::ostringstream err;
-  err << target << ": ";
+  const std::string err = Cat(target, ": ");
   auto dtype = DtypeOf(type);
-  if (!dtype) {
-    err << "unsupported dtype; expected float32, float64, complex64 or complex128";
-    return err.str();
-  }
-  if (dims.size() != 2) {
-    err << "the local matrix block must have rank 2 ([L, N]), got rank " << dims.size();
-    return err.str();
-  }
+  if (!dtype) return err + "unsupported dtype; expected float32, float64, complex64 or complex128";
+  if (dims.size() != 2)
+    return err + Cat("the local matrix block must have rank 2 ([L, N]), got rank ", dims.size());
   p->dtype = *dtype;
   p->local = dims[0];
   p->n = dims[1];
   p->tile = tile;
   p->ndev = static_cast<int64_t>(device_ids.size());
   p->position = position;
-  if (p->ndev < 1) {
-    err << "device_ids is empty";
-  } else if (tile < 1) {
-    err << "T_A must be positive, got " << tile;
-  } else if (p->n < 1) {
-    err << "N must be positive";
-  } else if (p->local % tile != 0) {
-    err << "the local width L=" << p->local << " is not a multiple of T_A=" << tile;
-  } else if (position < 0 || position >= p->ndev) {
-    err << "mesh position " << position << " is outside [0, " << p->ndev << ")";
-  } else if (std::string sizes = CheckLibrarySizes(p->n, p->local, tile, 0); !sizes.empty()) {
-    err << sizes;
-  } else {
-    // Tiles of this position: position, position + ndev, ... below num_tiles.
-    int64_t mine = p->num_tiles() > position ? (p->num_tiles() - position + p->ndev - 1) / p->ndev
-                                             : 0;
-    if (mine * tile > p->local) {
-      err << "position " << position << " owns " << mine << " tiles of width " << tile
-          << " but its block has only " << p->local << " columns";
-    } else {
-      return "";
-    }
-  }
-  return err.str();
+  if (p->ndev < 1) return err + "device_ids is empty";
+  if (tile < 1) return err + Cat("T_A must be positive, got ", tile);
+  if (p->n < 1) return err + "N must be positive";
+  if (p->local % tile != 0)
+    return err + Cat("the local width L=", p->local, " is not a multiple of T_A=", tile);
+  if (position < 0 || position >= p->ndev)
+    return err + Cat("mesh position ", position, " is outside [0, ", p->ndev, ")");
+  if (std::string sizes = CheckLibrarySizes(p->n, p->local, tile, 0); !sizes.empty())
+    return err + sizes;
+  // Tiles of this position: position, position + ndev, ... below num_tiles.
+  int64_t mine =
+      p->num_tiles() > position ? (p->num_tiles() - position + p->ndev - 1) / p->ndev : 0;
+  if (mine * tile > p->local)
+    return err + Cat("position ", position, " owns ", mine, " tiles of width ", tile,
+                     " but its block has only ", p->local, " columns");
+  return "";
 }
 
 inline ffi::Error Fail(const std::string& message) {

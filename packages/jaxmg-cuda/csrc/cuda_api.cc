@@ -3,6 +3,7 @@
 #include "cuda_api.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <memory>
 #include <mutex>
@@ -21,15 +22,39 @@ std::mutex load_mu;
 std::vector<std::string>* library_dirs = new std::vector<std::string>();
 
 // One library by soname: the first of the candidate folders, else the loader's own search path.
-void* Open(const std::string& name, std::string* tried) {
+// A file that is there but does not load is reported with the loader's reason, apart from the
+// libraries not found at all.
+void* Open(const std::string& name, OpenFailures* failures) {
+  bool found = false;
   for (const std::string& dir : *library_dirs) {
     const std::string path = dir + "/" + name;
     if (void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL)) return h;
+    const char* why = dlerror();
+    if (access(path.c_str(), F_OK) == 0) {
+      found = true;
+      failures->unloadable += "\n  " + path + ": " + (why != nullptr ? why : "?");
+    }
   }
   if (void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_GLOBAL)) return h;
   const char* why = dlerror();
-  *tried += "\n  " + name + ": " + (why != nullptr ? why : "not found");
+  const std::string reason = why != nullptr ? why : "not found";
+  // The loader names the library itself when it finds no file for it; any other reason (a
+  // dependency, an undefined symbol) is about a file it found.
+  if (why != nullptr && reason.rfind(name + ": cannot open shared object file", 0) != 0)
+    failures->unloadable += "\n  " + name + " (on the loader's path): " + reason;
+  else if (!found)
+    failures->not_found += "\n  " + name + ": " + reason;
   return nullptr;
+}
+
+// A loading error: what was found but could not be loaded (with the loader's reasons), then
+// what was not found.
+std::string Describe(const OpenFailures& f) {
+  std::string out;
+  if (!f.unloadable.empty())
+    out += "\nFound, but the dynamic loader could not load them:" + f.unloadable;
+  if (!f.not_found.empty()) out += "\nNot found:" + f.not_found;
+  return out;
 }
 
 // The CUDA versions jaxmg knows: a runtime and the cuSolverMg built against it.
@@ -50,7 +75,7 @@ constexpr Version kVersions[] = {
 // contexts. Otherwise the newest pair that loads whole; a runtime whose cuSolverMg is missing
 // is released again.
 bool OpenPair(void** rt, void** mg, std::string* error) {
-  std::string tried;
+  OpenFailures tried;
   for (const Version& v : kVersions) {
     void* loaded = dlopen(v.runtime, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
     if (loaded == nullptr) continue;
@@ -62,7 +87,7 @@ bool OpenPair(void** rt, void** mg, std::string* error) {
     dlclose(loaded);  // drops only the reference taken here
     *error = std::string("jaxmg: the process already runs the ") + v.name + " runtime (" +
              v.runtime + ", loaded by jax's CUDA plugin), but its cuSolverMg (" + v.solver +
-             ") was not found:" + tried + "\nInstall it (pip install " + v.wheels +
+             ") could not be opened." + Describe(tried) + "\nInstall it (pip install " + v.wheels +
              ") or add its folder to LD_LIBRARY_PATH; jaxmg never loads a second CUDA runtime.";
     return false;
   }
@@ -81,7 +106,7 @@ bool OpenPair(void** rt, void** mg, std::string* error) {
   *error =
       "jaxmg: could not load the CUDA runtime and cuSolverMg (CUDA 13: libcudart.so.13 + "
       "libcusolverMg.so.12; CUDA 12: libcudart.so.12 + libcusolverMg.so.11). Looked in" +
-      dirs + " and on the loader's path:" + tried +
+      dirs + " and on the loader's path." + Describe(tried) +
       "\nInstall NVIDIA's wheels (e.g. pip install nvidia-cusolver-cu12 "
       "nvidia-cuda-runtime-cu12, or the CUDA 13 set) or add the folder to LD_LIBRARY_PATH.";
   return false;
@@ -89,10 +114,12 @@ bool OpenPair(void** rt, void** mg, std::string* error) {
 
 }  // namespace
 
-void* OpenLibrary(const std::string& name, std::string* tried) {
+void* OpenLibrary(const std::string& name, OpenFailures* failures) {
   std::lock_guard<std::mutex> lock(load_mu);
-  return Open(name, tried);
+  return Open(name, failures);
 }
+
+std::string DescribeFailures(const OpenFailures& failures) { return Describe(failures); }
 
 void SetLibraryDirs(const std::vector<std::string>& dirs) {
   std::lock_guard<std::mutex> lock(load_mu);
@@ -129,7 +156,7 @@ const Api* Load(std::string* error) {
     return nullptr;
   }
   // Optional: the driver, which the runtime has loaded by the time a GPU call runs.
-  std::string unused;
+  OpenFailures unused;
   void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
   if (driver == nullptr) driver = Open("libcuda.so.1", &unused);
   if (driver != nullptr) {

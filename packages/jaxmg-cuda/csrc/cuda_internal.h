@@ -1,7 +1,7 @@
 // What the CUDA files share (cuda_api.cc, cusolvermg.cc, cuda_targets.cc, cuda_testing.cc):
 // the loaded API, vendor messages, the macro every vendor call goes through, and the two
 // halves of the CUDA platform (backend.h): the participant's GPU and the leader's cuSolverMg.
-// NOT YET RUN ON GPU HARDWARE (see cuda_targets.cc).
+// What has run on GPU hardware and what has not: see cuda_targets.cc.
 #ifndef JAXMG_CUDA_INTERNAL_H_
 #define JAXMG_CUDA_INTERNAL_H_
 
@@ -41,9 +41,20 @@ void Bind(void* lib, const char* name, Slot& slot, std::string* missing) {
   slot = reinterpret_cast<Slot>(symbol);
 }
 
+// Why libraries did not open, one "\n  what: reason" line each: those not found anywhere, and
+// those found that the dynamic loader could not load (its reason: a missing dependency, an
+// undefined symbol, another architecture).
+struct OpenFailures {
+  std::string not_found;
+  std::string unloadable;
+};
+
 // Opens a library by soname from the folders the package set (SetCudaLibraryDirs), else the
-// loader's path, RTLD_GLOBAL; nullptr with what was tried appended to `tried`.
-void* OpenLibrary(const std::string& name, std::string* tried);
+// loader's path, RTLD_NOW | RTLD_GLOBAL; nullptr with the reason added to `failures`.
+void* OpenLibrary(const std::string& name, OpenFailures* failures);
+// What `failures` holds, for an error message: the libraries found but not loadable (with the
+// loader's reasons), then those not found.
+std::string DescribeFailures(const OpenFailures& failures);
 }  // namespace cuda
 
 const char* CusolverStatusName(int status);
@@ -82,8 +93,24 @@ class DeviceGuard {
   int device_ = 0;
 };
 
-// Memory that stays valid until the participant returns (XLA's scratch allocator in a handler).
+// Memory that stays valid until the participant returns (XLA's scratch allocator in a handler),
+// aligned to kScratchAlignment.
 using ScratchFn = std::function<std::optional<void*>(size_t bytes)>;
+
+// An allocator with the contract of XLA's FFI scratch allocator (ffi::ScratchAllocator::Allocate
+// -> XLA_FFI_DeviceMemory_Allocate in xla/ffi/ffi_api.cc): it refuses an alignment that is not
+// a power of two or exceeds kXlaMaxAlignment (its kMaxAlignment; the first H100 run refused 256
+// even for 960 bytes), and otherwise returns memory aligned to at least what was asked.
+using XlaAllocateFn = std::function<std::optional<void*>(size_t bytes, size_t alignment)>;
+constexpr size_t kXlaMaxAlignment = 16;
+// What jaxmg's device memory is aligned to, as cudaMalloc's (its workspaces, cuSOLVERMp's B).
+constexpr size_t kScratchAlignment = 256;
+
+// The ScratchFn of every CUDA handler (cuSolverMg and cuSOLVERMp), over `allocate`: it asks for
+// kScratchAlignment more bytes at an alignment XLA accepts and aligns the start up itself.
+ScratchFn AlignedScratch(XlaAllocateFn allocate);
+// AlignedScratch over a handler's XLA allocator (which must outlive the function).
+ScratchFn XlaScratch(ffi::ScratchAllocator& scratch);
 
 // One participant's own GPU: everything runs on its XLA stream (cuda_targets.cc). With
 // `api == nullptr` every use fails with `load_error`.

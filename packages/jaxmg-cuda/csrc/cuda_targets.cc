@@ -1,10 +1,14 @@
 // The CUDA platform of the FFI handlers (routines.cc): a participant's own GPU, on XLA's
 // stream, and the leader's cuSolverMg (cusolvermg.cc).
-// NOT YET RUN ON GPU HARDWARE: this layer compiles in CI (no GPU there), its lowering is
-// tested on CPU and its body (RunCudaOnHost, cuda_testing.cc) runs in CI against an emulator
-// of the CUDA runtime and cuSolverMg (tests/native/fake_cuda), but no GPU has executed it yet.
+// On GPU hardware: the single-process path has run on one NVIDIA H100 (through XLA and through
+// RunCudaOnHost; the multi-device cases with that GPU listed several times). NOT YET RUN ON GPU
+// HARDWARE: two or more distinct GPUs (peer access, copies between GPUs), and the multi-process
+// mode (CUDA IPC: Share below, the leader's side in cusolvermg.cc). In CI (no GPU) this layer
+// compiles, its lowering is tested on CPU and its body runs against an emulator of the CUDA
+// runtime and cuSolverMg (RunCudaOnHost, cuda_testing.cc; tests/native/fake_cuda).
 #include "cuda_targets.h"
 
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -124,6 +128,22 @@ class CudaDevice final : public Device {
 
 }  // namespace
 
+ScratchFn AlignedScratch(XlaAllocateFn allocate) {
+  return [allocate = std::move(allocate)](size_t bytes) -> std::optional<void*> {
+    std::optional<void*> memory = allocate(bytes + kScratchAlignment, kXlaMaxAlignment);
+    if (!memory.has_value() || *memory == nullptr) return std::nullopt;
+    const auto at = reinterpret_cast<uintptr_t>(*memory);
+    return reinterpret_cast<void*>((at + kScratchAlignment - 1) / kScratchAlignment *
+                                   kScratchAlignment);
+  };
+}
+
+ScratchFn XlaScratch(ffi::ScratchAllocator& scratch) {
+  return AlignedScratch([&scratch](size_t bytes, size_t alignment) {
+    return scratch.Allocate(bytes, alignment);
+  });
+}
+
 std::unique_ptr<Device> MakeCudaDevice(const Api* api, std::string load_error, cudaStream_t stream,
                                        int32_t ordinal, ScratchFn scratch) {
   return std::make_unique<CudaDevice>(api, std::move(load_error), stream, ordinal,
@@ -135,8 +155,7 @@ ffi::Error RunOnCuda(const Operands& o, cudaStream_t stream, int32_t ordinal,
   std::string load_error;
   const Api* api = cuda::Load(&load_error);
   std::unique_ptr<Device> device =
-      MakeCudaDevice(api, load_error, stream, ordinal,
-                     [&scratch](size_t bytes) { return scratch.Allocate(bytes, 256); });
+      MakeCudaDevice(api, load_error, stream, ordinal, XlaScratch(scratch));
   std::unique_ptr<Backend> backend = MakeCudaBackend(api);
   return Participate(o, *device, *backend, kMaxCudaDevices);
 }

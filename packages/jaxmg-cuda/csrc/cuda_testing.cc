@@ -1,10 +1,8 @@
-// Test and diagnostic entry points of the CUDA path (cuda_testing.h): the handler's body on
-// host arrays (RunCudaOnHost), and the repeated-GPU probe of the GPU validation run.
-// NOT YET RUN ON GPU HARDWARE.
+// The test entry point of the CUDA path (cuda_testing.h): the handler's body on host arrays
+// (RunCudaOnHost).
 #include "cuda_testing.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -32,84 +30,6 @@ const Routine* RoutineNamed(const std::string& op) {
 }
 
 }  // namespace
-
-// nox -s gpu asks this once (issue 5): two processes on one GPU would need cuSolverMg to take a
-// device list that names one GPU twice. Tries a Cholesky of diag(1..8), tile 2, on `device`
-// listed twice and reports every status. NOT YET RUN ON GPU HARDWARE.
-std::string ProbeRepeatedGpu(int device) {
-  std::string load_error;
-  const Api* api = cuda::Load(&load_error);
-  if (api == nullptr) return load_error;
-  std::ostringstream report;
-  report << "cuSolverMg with GPU " << device << " listed twice:";
-  auto step = [&](const char* what, int status) {
-    report << " " << what << "=" << status;
-    if (status != 0) report << " (" << CusolverStatusName(status) << ")";
-    return status == 0;
-  };
-  constexpr int kN = 8, kTile = 2, kLocal = kN / 2;  // 2 "devices" x 2 tiles of 2 columns
-  int devices[2] = {device, device};
-  const int32_t ids[2] = {device, device};
-  cuda::cusolverMgHandle_t handle = nullptr;
-  cuda::cudaLibMgGrid_t grid = nullptr;
-  cuda::cudaLibMgMatrixDesc_t desc = nullptr;
-  void* a[2] = {nullptr, nullptr};
-  void* work[2] = {nullptr, nullptr};
-  DeviceGuard guard(api);
-  api->cudaSetDevice(device);
-  bool ok =
-      step("cusolverMgCreate", api->cusolverMgCreate(&handle)) &&
-      step("DeviceSelect", api->cusolverMgDeviceSelect(handle, 2, devices)) &&
-      step("CreateDeviceGrid", api->cusolverMgCreateDeviceGrid(
-                                   &grid, 1, 2, ids, cuda::CUDALIBMG_GRID_MAPPING_COL_MAJOR)) &&
-      step("CreateMatrixDesc",
-           api->cusolverMgCreateMatrixDesc(&desc, kN, kN, kN, kTile, cuda::CUDA_R_64F, grid));
-  // Global column j: tile j / 2 on "device" (j / 2) % 2, local column (j / 4) * 2 + j % 2.
-  std::vector<double> local[2] = {std::vector<double>(kN * kLocal, 0.0),
-                                  std::vector<double>(kN * kLocal, 0.0)};
-  for (int j = 0; j < kN; ++j)
-    local[(j / kTile) % 2][((j / (2 * kTile)) * kTile + j % kTile) * kN + j] = j + 1.0;
-  for (int d = 0; ok && d < 2; ++d) {
-    ok = step("cudaMalloc", api->cudaMalloc(&a[d], local[d].size() * sizeof(double))) &&
-         step("cudaMemcpy", api->cudaMemcpy(a[d], local[d].data(), local[d].size() * sizeof(double),
-                                            cuda::cudaMemcpyHostToDevice));
-  }
-  int64_t lwork = 0;
-  int info = -1;
-  if (ok)
-    ok = step("Potrf_bufferSize",
-              api->cusolverMgPotrf_bufferSize(handle, cuda::CUBLAS_FILL_MODE_LOWER, kN, a, 1, 1,
-                                              desc, cuda::CUDA_R_64F, &lwork));
-  for (int d = 0; ok && d < 2; ++d)
-    ok = step("cudaMalloc(work)",
-              api->cudaMalloc(&work[d], static_cast<size_t>(std::max<int64_t>(lwork, 1)) * 8));
-  if (ok) {
-    ok = step("Potrf", api->cusolverMgPotrf(handle, cuda::CUBLAS_FILL_MODE_LOWER, kN, a, 1, 1, desc,
-                                            cuda::CUDA_R_64F, work, lwork, &info));
-    report << " info=" << info;
-    // The library may still run on its own streams: wait for the device before reading.
-    if (ok) ok = step("cudaDeviceSynchronize", api->cudaDeviceSynchronize());
-  }
-  if (ok) {
-    double worst = 0.0;  // L = diag(sqrt(1..8))
-    for (int d = 0; d < 2; ++d)
-      api->cudaMemcpy(local[d].data(), a[d], local[d].size() * sizeof(double),
-                      cuda::cudaMemcpyDeviceToHost);
-    for (int j = 0; j < kN; ++j) {
-      const double got = local[(j / kTile) % 2][((j / (2 * kTile)) * kTile + j % kTile) * kN + j];
-      worst = std::max(worst, std::abs(got - std::sqrt(j + 1.0)));
-    }
-    report << " max |L_jj - sqrt(j+1)|=" << worst << (worst < 1e-12 ? " (correct)" : " (WRONG)");
-  }
-  for (void* p : work)
-    if (p != nullptr) api->cudaFree(p);
-  for (void* p : a)
-    if (p != nullptr) api->cudaFree(p);
-  if (desc != nullptr) api->cusolverMgDestroyMatrixDesc(desc);
-  if (grid != nullptr) api->cusolverMgDestroyGrid(grid);
-  if (handle != nullptr) api->cusolverMgDestroy(handle);
-  return report.str();
-}
 
 namespace {
 
@@ -144,15 +64,25 @@ class StagedPosition {
   }
   char* at(size_t offset) const { return static_cast<char*>(base_) + offset; }
   cudaStream_t stream() const { return stream_; }
-  // Scratch memory on this GPU, freed with the position (the handler's ScratchAllocator).
-  std::optional<void*> Scratch(size_t bytes) {
+  // Scratch memory on this GPU, freed with the position: the handler's ScratchAllocator, with
+  // XLA's contract (XLA_FFI_DeviceMemory_Allocate, xla/ffi/ffi_api.cc): an alignment that is
+  // not a power of two or exceeds 16 (its kMaxAlignment) is refused, as XLA refused jaxmg's 256
+  // on the first H100 run. What it returns is 16-aligned and deliberately never 32-aligned
+  // (16 bytes past cudaMalloc's base), so nothing can rely on more than was asked.
+  std::optional<void*> XlaAllocate(size_t bytes, size_t alignment) {
+    if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > kXlaMaxAlignment)
+      return std::nullopt;
     DeviceGuard guard(api_);
     void* m = nullptr;
     if (api_->cudaSetDevice(ordinal_) != cuda::cudaSuccess ||
-        api_->cudaMalloc(&m, bytes) != cuda::cudaSuccess)
+        api_->cudaMalloc(&m, bytes + kXlaMaxAlignment) != cuda::cudaSuccess)
       return std::nullopt;
     scratch_.push_back(m);
-    return m;
+    return static_cast<char*>(m) + kXlaMaxAlignment;
+  }
+  ScratchFn Scratch() {
+    return AlignedScratch(
+        [this](size_t bytes, size_t alignment) { return XlaAllocate(bytes, alignment); });
   }
 
  private:
@@ -337,8 +267,7 @@ bool RunCudaOnHost(const HostCall& c, HostResult* out, std::string* error) {
   if (c.grid.empty()) {  // cuSolverMg: the protocol, with the leader's library
     body = [api](const Operands& o, StagedPosition& staged, int ordinal) {
       std::unique_ptr<Device> device =
-          MakeCudaDevice(api, "", staged.stream(), ordinal,
-                         [&staged](size_t bytes) { return staged.Scratch(bytes); });
+          MakeCudaDevice(api, "", staged.stream(), ordinal, staged.Scratch());
       std::unique_ptr<Backend> backend = MakeCudaBackend(api);
       return Participate(o, *device, *backend, kMaxCudaDevices);
     };
@@ -346,7 +275,7 @@ bool RunCudaOnHost(const HostCall& c, HostResult* out, std::string* error) {
     MpGrid grid{c.n, c.grid[0], c.grid[1]};
     body = [grid, &c](const Operands& o, StagedPosition& staged, int ordinal) {
       return RunOnCusolverMp(o, grid, ffi::Span<const int64_t>(c.nccl_id), staged.stream(), ordinal,
-                             [&staged](size_t bytes) { return staged.Scratch(bytes); });
+                             staged.Scratch());
     };
   }
   std::vector<std::thread> threads;

@@ -8,10 +8,6 @@
 
 namespace jaxmg {
 
-// What cuSolverMg does with a device list naming `device` twice (a report line; for the GPU
-// validation run).
-std::string ProbeRepeatedGpu(int device);
-
 // One call of the CUDA path outside XLA, on host arrays, for tests. Every buffer is copied to
 // its GPU (inside a larger cudaMalloc, at an offset, as XLA's allocator sub-allocates), one
 // thread per mesh position of this process runs exactly what the FFI handler runs (check,

@@ -3,7 +3,7 @@
 // RAII), workspace sizes from the _bufferSize queries (lwork elements of the compute type, on
 // every device), right-hand sides in column chunks of at most min(T_A, 256) with B as one tile
 // on mesh position 0, eigenvalues on the host, pivots distributed like A's columns.
-// NOT YET RUN ON GPU HARDWARE (see cuda_targets.cc).
+// What has run on GPU hardware and what has not: see cuda_targets.cc.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -98,10 +98,11 @@ Outcome CopyStream(const Api* api, int device, cudaStream_t* out) {
   return {};
 }
 
-// Peer access between every ordered pair of the call's devices, tried once per pair. It is a
-// performance option (NVIDIA's samples enable it; copies and cuSolverMg work without it,
-// through host memory): a pair that cannot have it, e.g. cudaErrorTooManyPeers past 8 PCIe
-// GPUs, is used without it, and the process says so once.
+// Peer access between every ordered pair of the call's distinct devices (a GPU listed twice
+// needs none with itself), tried once per pair. It is a performance option (NVIDIA's samples
+// enable it; copies and cuSolverMg work without it, through host memory): a pair that cannot
+// have it, e.g. cudaErrorTooManyPeers past 8 PCIe GPUs, is used without it, and the process
+// says so once.
 Outcome EnablePeers(const Api* api, const std::vector<int>& devices) {
   static bool told = false;
   for (int i : devices) {
@@ -177,11 +178,9 @@ cuda::cusolverEigMode_t EigMode(const MgCall& c) {
   return c.vectors ? cuda::CUSOLVER_EIG_MODE_VECTOR : cuda::CUSOLVER_EIG_MODE_NOVECTOR;
 }
 
-cuda::cublasOperation_t Trans(const MgCall& c) {
-  return c.trans == 'T'   ? cuda::CUBLAS_OP_T
-         : c.trans == 'C' ? cuda::CUBLAS_OP_C
-                          : cuda::CUBLAS_OP_N;
-}
+// Getrs takes CUBLAS_OP_N alone (T and C gave info -1 on an H100); the protocol refuses a
+// call with another trans before the library (protocol.cc).
+constexpr auto kOpN = cuda::CUBLAS_OP_N;
 
 // The same size on every device (WorkspaceBytes); the library counts elements.
 int64_t LworkElements(const MgCall& c) {
@@ -296,7 +295,7 @@ Outcome GetrsBytes(Matrix& m, int64_t* size) {
   cuda::cudaLibMgMatrixDesc_t desc_b = nullptr;
   int width = 0;
   if (Outcome o = FirstRhsChunk(m, &b, &desc_b, &width); !o.ok) return o;
-  JAXMG_MG(m.api, cusolverMgGetrs_bufferSize(m.ctx->handle(), Trans(m.c), m.c.n, width, m.a.data(),
+  JAXMG_MG(m.api, cusolverMgGetrs_bufferSize(m.ctx->handle(), kOpN, m.c.n, width, m.a.data(),
                                              1, 1, m.desc_a, m.ipiv.data(), b.data(), 1, 1, desc_b,
                                              m.type, size));
   return {};
@@ -305,7 +304,7 @@ Outcome Getrs(Matrix& m, int* info) {
   return ForEachRhsChunk(
       m, info, [&](std::vector<void*>& b, cuda::cudaLibMgMatrixDesc_t desc_b, int width) {
         const int status = m.api->cusolverMgGetrs(
-            m.ctx->handle(), Trans(m.c), m.c.n, width, m.a.data(), 1, 1, m.desc_a, m.ipiv.data(),
+            m.ctx->handle(), kOpN, m.c.n, width, m.a.data(), 1, 1, m.desc_a, m.ipiv.data(),
             b.data(), 1, 1, desc_b, m.type, m.work.data(), LworkElements(m.c), info);
         return LibraryOutcome(m.api, "cusolverMgGetrs", status, info, false, m.c.n);
       });
@@ -335,11 +334,34 @@ Outcome RunStep(Step step, Matrix& m, int* info) {
   return Outcome::Fail("jaxmg: unknown library step");
 }
 
+// Tiles cuSolverMg refuses, checked before any library call (the jaxmg package caps its tiles
+// on GPUs first; this protects direct users of jaxmg_cuda). getrf: an H100 answered a tile of
+// 1024 or more with info -6 (descrA) at N = 2048, 4096 and 8192, while 256 and 512 worked.
+// syevd: tiles up to 1024 ran there; larger ones were reported rejected by the cuSolverMg-era
+// jaxmg.
+constexpr int kRefusedGetrfTile = 1024;
+constexpr int kMaxSyevdTile = 1024;
+
+Outcome CheckTile(const MgCall& c) {
+  for (Step step : c.routine->steps) {
+    if (step == Step::kGetrf && c.tile >= kRefusedGetrfTile)
+      return Outcome::Fail(Cat(c.routine->target, ": cuSolverMg's getrf refuses a column tile of ",
+                               kRefusedGetrfTile, " or more (an H100 answered info -6 at N = ",
+                               "2048 to 8192; 256 and 512 work), got T_A=", c.tile,
+                               ": use T_A <= 512"));
+    if (step == Step::kSyevd && c.tile > kMaxSyevdTile)
+      return Outcome::Fail(Cat(c.routine->target, ": cuSolverMg's syevd takes a column tile of ",
+                               "at most ", kMaxSyevdTile, ", got T_A=", c.tile));
+  }
+  return {};
+}
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(const Api* api) : api_(api) {}
 
   Outcome WorkspaceBytes(const MgCall& c, std::vector<int64_t>* bytes) override {
+    if (Outcome o = CheckTile(c); !o.ok) return o;
     return WithMatrix(c, [&](Matrix& m) -> Outcome {
       int64_t need = 0;
       for (Step step : c.routine->steps) {
@@ -354,6 +376,7 @@ class CudaBackend final : public Backend {
   }
 
   Outcome Run(const MgCall& c, int* info) override {
+    if (Outcome o = CheckTile(c); !o.ok) return o;
     return WithMatrix(c, [&](Matrix& m) -> Outcome {
       *info = 0;
       for (Step step : c.routine->steps) {
@@ -456,16 +479,14 @@ class CudaBackend final : public Backend {
     return fn(m);
   }
 
-  // The device list in mesh order, checked; the cached context for it.
+  // The device list in mesh order, checked; the cached context for it. A GPU may be listed
+  // more than once: cuSolverMg computed right on one H100 listed 2, 3, 4 and 8 times.
   Outcome Context(const MgCall& c, MgContext** ctx) {
     if (static_cast<int>(c.devices.size()) > kMaxCudaDevices)
       return Outcome::Fail("jaxmg: cuSolverMg accepts at most 16 GPUs, the call has " +
                            std::to_string(c.devices.size()));
-    std::set<int> unique(c.devices.begin(), c.devices.end());
-    if (unique.size() != c.devices.size() || *unique.begin() < 0)
-      return Outcome::Fail(
-          "jaxmg: the call's mesh axis lists a GPU twice (or no GPU); "
-          "cuSolverMg needs distinct GPUs");
+    if (c.devices.empty() || *std::min_element(c.devices.begin(), c.devices.end()) < 0)
+      return Outcome::Fail("jaxmg: a mesh position of the call has no GPU");
     std::lock_guard<std::mutex> lock(contexts_mu);
     DeviceGuard guard(api_);
     if (Outcome o = EnablePeers(api_, c.devices); !o.ok) return o;

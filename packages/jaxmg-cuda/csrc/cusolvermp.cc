@@ -48,16 +48,30 @@ const Libraries* Load(std::string* error) {
     return nullptr;
   }
   // The handles stay open for the life of the process.
-  std::string tried;
+  cuda::OpenFailures tried;
   void* nccl = cuda::OpenLibrary(cuda::kNcclLibrary, &tried);
   void* solver = cuda::OpenLibrary(cuda::kCusolverMpLibrary, &tried);
   if (nccl == nullptr || solver == nullptr) {
-    failure =
-        "jaxmg: backend 'mp' on GPUs needs NCCL (libnccl.so.2) and cuSOLVERMp "
-        "(libcusolverMp.so.0), which were not found:" +
-        tried +
-        "\nInstall NVIDIA's wheels (pip install nvidia-cusolvermp-cu12 nvidia-nccl-cu12, or the "
-        "-cu13 pair) or add their folders to LD_LIBRARY_PATH.";
+    // Found but not loadable is a version mismatch far more often than a missing file: on the
+    // first H100, cuSOLVERMp 0.9.1 for CUDA 13 (through cuBLASMp 0.10) needed
+    // ncclCommQueryProperties, which NCCL 2.28 lacks.
+    failure = "jaxmg: backend 'mp' on GPUs needs NCCL (libnccl.so.2) and cuSOLVERMp "
+              "(libcusolverMp.so.0, with cuBLASMp)" +
+              std::string(tried.unloadable.empty() ? ", which were not found."
+                                                   : ", which were found but could not all be "
+                                                     "loaded.") +
+              cuda::DescribeFailures(tried);
+    if (!tried.unloadable.empty())
+      failure +=
+          "\nThe versions must match: cuSOLVERMp 0.9.1 for CUDA 13 needs cuBLASMp 0.10, which "
+          "needs NCCL >= 2.29.2 (with an older NCCL it fails on an undefined symbol such as "
+          "ncclCommQueryProperties); each needs the CUDA major it was built for. Upgrade NCCL "
+          "(pip install 'nvidia-nccl-cu13>=2.29.2', or -cu12) or load matching libraries "
+          "first (LD_LIBRARY_PATH).";
+    else
+      failure +=
+          "\nInstall NVIDIA's wheels (pip install nvidia-cusolvermp-cu12 nvidia-nccl-cu12, or "
+          "the -cu13 pair) or add their folders to LD_LIBRARY_PATH.";
     *error = failure;
     return nullptr;
   }

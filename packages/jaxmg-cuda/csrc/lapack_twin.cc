@@ -289,7 +289,7 @@ Outcome Getrs(const Args<T>& s, int* info) {
   ForEachPivotRange(s.c, [&](int64_t d, int64_t g, int64_t l, int64_t w) {
     std::memcpy(s.w.ipiv + g, s.c.ipiv[d] + l, sizeof(int32_t) * w);
   });
-  char trans = s.c.trans;
+  char trans = 'N';  // as cuSolverMg's getrs, which takes CUBLAS_OP_N alone (protocol.cc)
   int n = s.n, lda = s.lda, ldb = s.c.lda, nrhs = s.c.nrhs;
   getrs(&trans, &n, &nrhs, s.w.full, &lda, s.w.ipiv, static_cast<T*>(s.c.b[0]), &ldb, info);
   return *info < 0 ? IllegalArgument<T>("getrs", *info) : Outcome{};

@@ -92,20 +92,6 @@ PYBIND11_MODULE(_jaxmg_cuda, m) {
       },
       "Open the CUDA runtime and cuSolverMg now (normally done at the first GPU call); "
       "returns '' on success, else why not.");
-  m.def(
-      "probe_repeated_gpu",
-      [](int device) {
-#ifdef JAXMG_WITH_CUDA
-        py::gil_scoped_release release;
-        return jaxmg::ProbeRepeatedGpu(device);
-#else
-        (void)device;
-        return std::string("jaxmg_cuda was built without CUDA support");
-#endif
-      },
-      py::arg("device") = 0,
-      "What cuSolverMg does with a device list that names one GPU twice: a report line. For "
-      "the GPU validation run; not yet run on GPU hardware.");
 #ifdef JAXMG_WITH_CUDA
   m.def(
       "run_cuda_on_host",

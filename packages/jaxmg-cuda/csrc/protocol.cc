@@ -7,7 +7,6 @@
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,48 +25,43 @@ std::string CheckOperands(const Operands& o, int32_t position, int max_participa
   std::string error = CheckMatrix(o.target, o.a->dimensions(), o.a->element_type(), o.tile,
                                   o.device_ids, position, p);
   if (!error.empty()) return error;
-  std::ostringstream err;
-  err << o.target << ": ";
-  if (max_participants > 0 && p->ndev > max_participants) {
-    err << "the call has " << p->ndev << " participants (len(device_ids)); this backend "
-        << "accepts at most " << max_participants;
-    return err.str();
-  }
-  if (o.status_count != 1) return err.str() + "status must be int32 [1]";
+  const std::string err = Cat(o.target, ": ");
+  if (max_participants > 0 && p->ndev > max_participants)
+    return err + Cat("the call has ", p->ndev, " participants (len(device_ids)); this backend ",
+                     "accepts at most ", max_participants);
+  if (o.status_count != 1) return err + "status must be int32 [1]";
   const Routine& r = *o.routine;
   if (r.rhs) {
     auto b = o.b->dimensions();
-    if (b.size() != 2 || b[1] != p->n || o.b->element_type() != o.a->element_type()) {
-      err << "b must be [nrhs, N=" << p->n << "] with A's dtype";
-      return err.str();
-    }
+    if (b.size() != 2 || b[1] != p->n || o.b->element_type() != o.a->element_type())
+      return err + Cat("b must be [nrhs, N=", p->n, "] with A's dtype");
     if (std::string sizes = CheckLibrarySizes(p->n, p->local, p->tile, b[0]); !sizes.empty())
-      return err.str() + sizes;
+      return err + sizes;
     p->nrhs = b[0];
   }
-  if (r.pivots != Pivots::kNone && static_cast<int64_t>(o.ipiv_count) != p->local) {
-    err << "the pivots must be int32 [L=" << p->local << "], got " << o.ipiv_count
-        << " elements";
-    return err.str();
-  }
-  if (r.op == Op::kGetrs && o.trans != 'N' && o.trans != 'T' && o.trans != 'C') {
-    err << "trans must be 'N', 'T' or 'C' (as its character code), got " << int{o.trans};
-    return err.str();
-  }
+  if (r.pivots != Pivots::kNone && static_cast<int64_t>(o.ipiv_count) != p->local)
+    return err + Cat("the pivots must be int32 [L=", p->local, "], got ", o.ipiv_count,
+                     " elements");
+  // cuSolverMg's getrs solves with A alone: an H100 answered trans 'T' and 'C' with info -1.
+  // The CPU twin refuses them alike, so that it runs what the GPU runs.
+  if (r.op == Op::kGetrs && o.trans != 'N')
+    return err + Cat("trans must be 'N' (as its character code), got ", int{o.trans},
+                     o.trans == 'T' || o.trans == 'C' ? Cat(" ('", o.trans, "')") : "",
+                     ": cuSolverMg solves only with A itself (its getrs refuses A^T and A^H), "
+                     "and the CPU twin does as it does; jaxmg.lu_solve solves with A^T or A^H "
+                     "(trans=1, 2) through a factor of the transpose");
   // A factor is block-cyclic already: to_cyclic moves would scramble it, and one that is only
   // read has no result to move back.
   if (r.StartsFromFactor() && o.to_cyclic.size() != 0)
-    return err.str() + "takes its factor in the block-cyclic layout: no to_cyclic moves";
+    return err + "takes its factor in the block-cyclic layout: no to_cyclic moves";
   if (r.result == Result::kUnchanged && o.from_cyclic.size() != 0)
-    return err.str() + "takes its factor in the block-cyclic layout: no from_cyclic moves";
+    return err + "takes its factor in the block-cyclic layout: no from_cyclic moves";
   error = CheckMoves(o.target, "to_cyclic", o.to_cyclic, p);
   if (error.empty()) error = CheckMoves(o.target, "from_cyclic", o.from_cyclic, p);
   if (!error.empty()) return error;
   if (r.eigenvalues) {
-    if (o.w_dims.size() != 1 || o.w_dims[0] != p->n || o.w_type != RealTypeOf(p->dtype)) {
-      err << "w must be [N=" << p->n << "] of A's real dtype";
-      return err.str();
-    }
+    if (o.w_dims.size() != 1 || o.w_dims[0] != p->n || o.w_type != RealTypeOf(p->dtype))
+      return err + Cat("w must be [N=", p->n, "] of A's real dtype");
   }
   return "";
 }
@@ -86,10 +80,8 @@ std::shared_ptr<Meeting> JoinMeeting(const Operands& o, int participants) {
 
 // What every participant of one call must agree on.
 std::string Signature(const Problem& p) {
-  std::ostringstream s;
-  s << "N=" << p.n << " T_A=" << p.tile << " L=" << p.local << " nrhs=" << p.nrhs
-    << " dtype=" << static_cast<int>(p.dtype) << " staging=" << p.staging;
-  return s.str();
+  return Cat("N=", p.n, " T_A=", p.tile, " L=", p.local, " nrhs=", p.nrhs,
+             " dtype=", static_cast<int>(p.dtype), " staging=", p.staging);
 }
 
 // Bytes of workspace to allocate at `position`: the library's, and at least the relayout's
@@ -115,7 +107,6 @@ bool ReturnsMatrix(const Operands& o) {
 MgCall MakeCall(const Operands& o, const Problem& p, const std::vector<Slot>& slots) {
   MgCall call;
   call.routine = o.routine;
-  call.trans = o.trans;
   call.dtype = p.dtype;
   // CheckOperands verified that these fit an int (CheckLibrarySizes).
   call.n = static_cast<int>(p.n);

@@ -1,7 +1,7 @@
 #include "relayout.h"
 
 #include <algorithm>
-#include <sstream>
+#include <string>
 #include <vector>
 
 namespace jaxmg {
@@ -11,12 +11,10 @@ namespace jaxmg {
 // staging buffer, no move onto its own source. Sets p->staging.
 std::string CheckMoves(const char* target, const char* name, ffi::Span<const int64_t> moves,
                        Problem* p) {
-  std::ostringstream err;
-  err << target << ": " << name << ": ";
-  if (moves.size() % 4 != 0) {
-    err << "expected (round, source, destination, width) rows, got " << moves.size() << " values";
-    return err.str();
-  }
+  const std::string err = Cat(target, ": ", name, ": ");
+  if (moves.size() % 4 != 0)
+    return err + Cat("expected (round, source, destination, width) rows, got ", moves.size(),
+                     " values");
   const int64_t ends = p->ndev * p->local;  // each position's staging buffer follows
   for (size_t m = 0; m < moves.size(); m += 4) {
     const int64_t round = moves[m], src = moves[m + 1], dst = moves[m + 2], width = moves[m + 3];
@@ -28,11 +26,10 @@ std::string CheckMoves(const char* target, const char* name, ffi::Span<const int
     const bool ordered = round >= 0 && (m == 0 || round >= moves[m - 4]);
     if (!ordered || width < 1 || !inside(src) || !inside(dst) ||
         (src < dst + width && dst < src + width)) {
-      err << "move " << m / 4 << " (" << round << ", " << src << ", " << dst << ", " << width
-          << ") is out of round order or not a column range of one block (L=" << p->local
-          << ", positions [0, " << ends << ")) or staging buffer ([" << ends << ", " << 2 * ends
-          << ")) to a disjoint one";
-      return err.str();
+      return err + Cat("move ", m / 4, " (", round, ", ", src, ", ", dst, ", ", width,
+                       ") is out of round order or not a column range of one block (L=",
+                       p->local, ", positions [0, ", ends, ")) or staging buffer ([", ends, ", ",
+                       2 * ends, ")) to a disjoint one");
     }
   }
   return "";

@@ -253,8 +253,7 @@ struct Entry<Build> {
     if (grid.size() != 2) return Fail("grid must be (rows, cols)");
     return RunOnCusolverMp(Build(at, args...),
                            MpGrid{n, grid[0], grid[1], blocks != 0, blocks != kBlocksDiscard},
-                           nccl_id, stream, ordinal,
-                           [&scratch](size_t bytes) { return scratch.Allocate(bytes, 256); });
+                           nccl_id, stream, ordinal, XlaScratch(scratch));
   }
 #endif
 };

@@ -11,6 +11,20 @@
 // not cuSolverMg's rounding. Only the lower triangle (uplo = LOWER) and square getrf (M == N)
 // are emulated, because that is all jaxmg uses.
 //
+// Where real cuSolverMg refuses a call, the emulator refuses it the same way; each such rule
+// names its source: NVIDIA's documentation or samples, or what cuSolverMg 12.0.4 (CUDA 13) did
+// on an H100 (issue 24, design.md section 9):
+// - getrs takes CUBLAS_OP_N alone: T and C gave info = -1 (the H100);
+// - getrf refuses a column tile (T_A) of 1024 or more: info = -6, descrA (the H100, at N = 2048,
+//   4096 and 8192; 256 and 512 worked);
+// - syevd takes tiles up to 1024 (the H100 ran 256 to 1024; the cuSolverMg-era jaxmg reported
+//   that it rejects larger ones, design.md section 5; how is not known: a violation here);
+// - the fill mode is CUBLAS_FILL_MODE_LOWER (NVIDIA's cuSolverMg samples use LOWER only);
+// - one GPU may be listed several times in a device list (the H100: listed 2, 3, 4 and 8
+//   times, 54 of 54 cases right).
+// XLA's scratch allocator refusing alignments over 16 is emulated by jaxmg's own test hook
+// (RunCudaOnHost, cuda_testing.cc), since XLA, not CUDA, hands that memory out.
+//
 // fake_cusolvermp.cc, built into the same library, emulates the NCCL and cuSOLVERMp functions
 // (cusolvermp_api.h) on these devices and streams, with MKL's ScaLAPACK over MPI for the numbers;
 // it reaches this file's state through fake_cuda.h.
@@ -60,6 +74,8 @@ constexpr int kMemoryAllocation = 2;      // cudaErrorMemoryAllocation
 constexpr int kInvalidDevice = 101;       // cudaErrorInvalidDevice
 constexpr int kPeerAlreadyEnabled = 704;  // cudaErrorPeerAccessAlreadyEnabled
 constexpr int kMgInvalidValue = 3;        // CUSOLVER_STATUS_INVALID_VALUE
+constexpr int64_t kMaxSyevdTile = 1024;   // see the rules above
+constexpr int64_t kMinRefusedGetrfTile = 1024;
 constexpr int kH2D = 1, kD2H = 2, kDefault = 4;        // the cudaMemcpyKinds jaxmg uses
 constexpr uint64_t kIpcMagic = 0x66616b6563756461ull;  // "fakecuda"
 
@@ -374,10 +390,11 @@ const Desc* CheckSquareA(Checker& c, void* handle, int n, void* const* a, int ia
   return c.ok() ? d : nullptr;
 }
 
-// The same for the Cholesky and eigen routines, which emulate uplo = LOWER only.
+// The same for the Cholesky and eigen routines, which take uplo = LOWER only: NVIDIA's
+// cuSolverMg samples (cuSolverMg_potrf_example, cuSolverMg_syevd_example) use nothing else.
 const Desc* CheckA(Checker& c, void* handle, int uplo, int n, void* const* a, int ia, int ja,
                    void* desc, int type) {
-  if (uplo != 0) c.Fail(S("uplo ", uplo, " (the emulator supports LOWER only)"));
+  if (uplo != 0) c.Fail(S("uplo ", uplo, " (LOWER only, as NVIDIA's samples)"));
   const Desc* d = CheckSquareA(c, handle, n, a, ia, ja, desc, type);
   return c.ok() ? d : nullptr;
 }
@@ -401,6 +418,10 @@ const Desc* CheckPotrs(Checker& c, void* h, int uplo, int n, int nrhs, void** a,
 const Desc* CheckSyevd(Checker& c, void* h, int jobz, int uplo, int n, void** a, int ia, int ja,
                        void* desc, void* w, int type_w, int type) {
   const Desc* d = CheckA(c, h, uplo, n, a, ia, ja, desc, type);
+  // Tiles up to 1024 ran on the H100; larger ones were reported rejected by the cuSolverMg-era
+  // jaxmg (design.md section 5), in a way not recorded: a call jaxmg must never make.
+  if (d != nullptr && d->nb > kMaxSyevdTile)
+    c.Fail(S("column tile ", d->nb, " of descA (syevd takes tiles up to ", kMaxSyevdTile, ")"));
   if (jobz != 0 && jobz != 1) c.Fail(S("jobz ", jobz));
   const int real = type == 0 || type == 4 ? 0 : 1;
   if (type_w != real)
@@ -630,28 +651,16 @@ int Lu(Mat& m, int64_t n, std::vector<int64_t>* piv) {
   return info;
 }
 
-// Solves op(A) X = B in place with A = P L U from Lu; trans 0: A, 1: A^T, 2: A^H.
-void LuSolve(const Mat& lu, int64_t n, const std::vector<int64_t>& piv, int trans, Mat& b,
-             int64_t nrhs) {
-  const auto op = [trans](cplx z) { return trans == 2 ? std::conj(z) : z; };
+// Solves A X = B in place with A = P L U from Lu: L U x = P^T b.
+void LuSolve(const Mat& lu, int64_t n, const std::vector<int64_t>& piv, Mat& b, int64_t nrhs) {
   for (int64_t r = 0; r < nrhs; ++r) {
     cplx* x = &b[r * n];
-    if (trans == 0) {  // L U x = P^T b
-      for (int64_t k = 0; k < n; ++k) std::swap(x[k], x[piv[k]]);
-      for (int64_t i = 0; i < n; ++i)
-        for (int64_t k = 0; k < i; ++k) x[i] -= lu[i + k * n] * x[k];
-      for (int64_t i = n - 1; i >= 0; --i) {
-        for (int64_t k = i + 1; k < n; ++k) x[i] -= lu[i + k * n] * x[k];
-        x[i] /= lu[i + i * n];
-      }
-    } else {  // op(U) op(L) P^T x = b
-      for (int64_t i = 0; i < n; ++i) {
-        for (int64_t k = 0; k < i; ++k) x[i] -= op(lu[k + i * n]) * x[k];
-        x[i] /= op(lu[i + i * n]);
-      }
-      for (int64_t i = n - 1; i >= 0; --i)
-        for (int64_t k = i + 1; k < n; ++k) x[i] -= op(lu[k + i * n]) * x[k];
-      for (int64_t k = n - 1; k >= 0; --k) std::swap(x[k], x[piv[k]]);
+    for (int64_t k = 0; k < n; ++k) std::swap(x[k], x[piv[k]]);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t k = 0; k < i; ++k) x[i] -= lu[i + k * n] * x[k];
+    for (int64_t i = n - 1; i >= 0; --i) {
+      for (int64_t k = i + 1; k < n; ++k) x[i] -= lu[i + k * n] * x[k];
+      x[i] /= lu[i + i * n];
     }
   }
 }
@@ -1082,6 +1091,8 @@ int cusolverMgDestroy(void* handle) {
   return DestroyObject<MgHandle>(handles, handle, "cusolverMgDestroy", "handle");
 }
 
+// A device may be listed more than once, in the handle's list and in a grid: cuSolverMg
+// computed right with one H100 listed 2, 3, 4 and 8 times (issue 24).
 int cusolverMgDeviceSelect(void* handle, int count, int devices[]) {
   std::lock_guard<std::mutex> lock(mu);
   Checker c{"cusolverMgDeviceSelect", {}};
@@ -1182,7 +1193,10 @@ int cusolverMgPotrs(void* h, int uplo, int n, int nrhs, void** a, int ia, int ja
 
 // getrf: A = P L U with partial pivoting, L (unit diagonal) and U over A; IPIV[p] receives the
 // 1-based global pivot row of each of p's local columns. info = k > 0 when U(k, k) is exactly
-// zero. Square A only (M == N).
+// zero. Square A only (M == N). A column tile of 1024 or more is refused with info = -6 (descrA),
+// as on the H100 at N = 2048, 4096 and 8192 (its status was not recorded:
+// CUSOLVER_STATUS_INVALID_VALUE here); its bufferSize took those tiles (jaxmg asked it first,
+// and the failure that came back was getrf's info).
 int cusolverMgGetrf_bufferSize(void* h, int m, int n, void** a, int ia, int ja, void* desc,
                                int** ipiv, int type, int64_t* lwork) {
   std::lock_guard<std::mutex> lock(mu);
@@ -1199,6 +1213,10 @@ int cusolverMgGetrf(void* h, int m, int n, void** a, int ia, int ja, void* desc,
   std::lock_guard<std::mutex> lock(mu);
   Checker c{"cusolverMgGetrf", {}};
   const Desc* d = CheckGetrf(c, h, m, n, a, ia, ja, desc, ipiv, type);
+  if (d != nullptr && d->nb >= kMinRefusedGetrfTile) {
+    if (info != nullptr) *info = -6;
+    return kMgInvalidValue;
+  }
   const int64_t need = d == nullptr ? 0 : GetrfLwork(*d);
   if (const int status = Run(c, d, nullptr, work, lwork, need, info); status != kSuccess)
     return status;
@@ -1213,8 +1231,11 @@ int cusolverMgGetrf(void* h, int m, int n, void** a, int ia, int ja, void* desc,
   return kSuccess;
 }
 
-// getrs: A and IPIV from getrf; solves op(A) X = B for B's first NRHS columns (B laid out by
-// descB), op by TRANS: CUBLAS_OP_N (0) A, _T (1) A^T, _C (2) A^H.
+// getrs: A and IPIV from getrf; solves A X = B for B's first NRHS columns (B laid out by descB).
+// TRANS must be CUBLAS_OP_N (0): on the H100, _T (1) and _C (2) made getrs answer info = -1
+// (the status it returned was not recorded: CUSOLVER_STATUS_INVALID_VALUE here, as for any
+// illegal argument). Its bufferSize took them: jaxmg asked it with the same TRANS first, and
+// the failure that came back was getrs's info. Any other TRANS is a violation.
 int cusolverMgGetrs_bufferSize(void* h, int trans, int n, int nrhs, void** a, int ia, int ja,
                                void* desc_a, int** ipiv, void** b, int ib, int jb, void* desc_b,
                                int type, int64_t* lwork) {
@@ -1236,13 +1257,17 @@ int cusolverMgGetrs(void* h, int trans, int n, int nrhs, void** a, int ia, int j
   const Desc* db = nullptr;
   const Desc* d =
       CheckGetrs(c, h, trans, n, nrhs, a, ia, ja, desc_a, ipiv, b, ib, jb, desc_b, type, &db);
+  if (c.ok() && trans != 0) {
+    if (info != nullptr) *info = -1;
+    return kMgInvalidValue;
+  }
   std::vector<int64_t> piv;
   if (d != nullptr) piv = ReadPivots(c, *d, ipiv);
   if (!c.ok()) d = nullptr;
   if (const int status = Run(c, d, db, work, lwork, GetrsLwork(n, nrhs), info); status != kSuccess)
     return status;
   Mat x = Gather(*db, b, nrhs, Part::kFull);
-  LuSolve(Gather(*d, a, n, Part::kFull), n, piv, trans, x, nrhs);
+  LuSolve(Gather(*d, a, n, Part::kFull), n, piv, x, nrhs);
   Scatter(*db, b, nrhs, x, false);
   return kSuccess;
 }

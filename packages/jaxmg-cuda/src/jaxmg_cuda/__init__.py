@@ -43,9 +43,6 @@ from ._ops import (
     open_meetings as open_meetings,
 )
 from ._ops import (
-    probe_repeated_gpu as probe_repeated_gpu,
-)
-from ._ops import (
     rendezvous_probe as rendezvous_probe,
 )
 

@@ -49,14 +49,6 @@ def load_cuda_libraries() -> str:
     return str(_jaxmg_cuda.load_cuda_libraries())
 
 
-def probe_repeated_gpu(device: int = 0) -> str:
-    """What cuSolverMg does with a device list that names GPU ``device`` twice (what two
-    processes on one GPU would need): one report line with every status, and whether a small
-    Cholesky came out right. For the GPU validation run (``nox -s gpu``); NOT YET RUN ON GPU
-    HARDWARE. A crash or hang here is possible: run it in a subprocess with a deadline."""
-    return str(_jaxmg_cuda.probe_repeated_gpu(int(device)))
-
-
 def open_meetings() -> int:
     """Calls whose participants are still gathering (0 between calls; for tests)."""
     return int(_jaxmg_cuda.open_meetings())
@@ -223,11 +215,18 @@ def mg_getrf(a, position, *, T_A, device_ids, job=0, pids=None, moves=None):
 
 
 def mg_getrs(lu, pivots, b, position, *, T_A, device_ids, trans="N", job=0, pids=None):
-    """Solve ``op(A) x = b`` with a factor of :func:`mg_getrf` (read only): ``op`` is the
-    identity (``trans="N"``), the transpose (``"T"``) or the conjugate transpose (``"C"``).
-    Returns ``(x, status)``, ``x`` ``[nrhs, N]`` the same on every device."""
-    if trans not in ("N", "T", "C"):
-        raise ValueError(f"trans must be 'N', 'T' or 'C', got {trans!r}")
+    """Solve ``A x = b`` with a factor of :func:`mg_getrf` (read only). Returns ``(x, status)``,
+    ``x`` ``[nrhs, N]`` the same on every device.
+
+    ``trans`` must be ``"N"``: cuSolverMg's getrs solves only with ``A`` itself (an H100
+    answered ``"T"`` and ``"C"`` with info -1), and the CPU twin refuses what it refuses.
+    ``jaxmg.lu_solve`` solves with ``A^T`` or ``A^H`` through a factor of the transpose."""
+    if trans != "N":
+        raise ValueError(
+            f"mg_getrs: trans must be 'N', got {trans!r}: cuSolverMg solves only with A itself "
+            "(its getrs refuses A^T and A^H); jaxmg.lu_solve solves with A^T or A^H "
+            "(trans=1, 2) through a factor of the transpose"
+        )
     call = jax.ffi.ffi_call(
         "jaxmg_getrs",
         (_like(b), _status()),

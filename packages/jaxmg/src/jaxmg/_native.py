@@ -1,12 +1,18 @@
-"""The one place the facade reaches the native package.
+"""The one place the facade reaches the engines.
 
 ``jaxmg_cuda`` registers two engines' targets. Backend ``"mg"``: cuSolverMg on GPUs and its
 LAPACK twin on CPUs, under the same names, so XLA picks the implementation by the platform it
 lowers for. Backend ``"mp"``: the distributed engine, one process per device (on CPUs
 ScaLAPACK over MPI; on GPUs cuSOLVERMp over NCCL, NOT YET RUN ON GPU HARDWARE, which takes the
-communicator's id as well). :func:`engine` hands the solvers
-one engine's wrappers under neutral names (``potrs``, ``getrf``, ...), which take the same
-arguments, and refuses early, with a way out, what the installed package cannot run.
+communicator's id as well). Backend ``"jax"`` (internal, chosen for a solver axis of one device,
+never a public ``backend=`` value): JAX's own dense solvers (:mod:`jaxmg._dense`).
+:func:`engine` hands the solvers one engine's wrappers under neutral names (``potrs``,
+``getrf``, ...), which take the same arguments, and refuses early, with a way out, what the
+installed package cannot run.
+
+Every engine also says whether its ``getrs`` solves with ``A^T`` and ``A^H``
+(``solves_transposed``): cuSolverMg's takes only ``trans = N`` (issue 24, on an H100), as does
+cuSOLVERMp's (NVIDIA's header and samples); ScaLAPACK's and the dense solvers' take all three.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import types
 
 import jaxmg_cuda
 
-from . import _processes
+from . import _dense, _processes
 
 _ROUTINES = (
     "potrs",
@@ -30,8 +36,12 @@ _ROUTINES = (
     "getrs",
 )
 
-_MG = types.SimpleNamespace(**{r: getattr(jaxmg_cuda, f"mg_{r}") for r in _ROUTINES})
-_MP_CPU = types.SimpleNamespace(**{r: getattr(jaxmg_cuda.mp, r) for r in _ROUTINES})
+_MG = types.SimpleNamespace(
+    **{r: getattr(jaxmg_cuda, f"mg_{r}") for r in _ROUTINES}, solves_transposed=False
+)
+_MP_CPU = types.SimpleNamespace(
+    **{r: getattr(jaxmg_cuda.mp, r) for r in _ROUTINES}, solves_transposed=True
+)
 
 
 def _refuse(fn: str, what: str):
@@ -64,11 +74,13 @@ def _mp_gpu(fn: str):
         return wrappers["getrs"](*args, trans=trans, **kwargs)
 
     wrappers.update(potri=inverse, potri_factored=inverse, getrs=getrs)
-    return types.SimpleNamespace(**wrappers)
+    return types.SimpleNamespace(**wrappers, solves_transposed=False)
 
 
 def engine(platform: str, fn: str, backend: str = "mg"):
-    """The native wrappers of ``backend`` (``"mg"`` or ``"mp"``) on ``platform``."""
+    """The wrappers of ``backend`` (``"mg"``, ``"mp"`` or ``"jax"``) on ``platform``."""
+    if backend == "jax":
+        return _dense.engine(platform)
     if backend == "mp":
         return _mp_gpu(fn) if platform == "gpu" else _MP_CPU
     if platform == "gpu" and not jaxmg_cuda.has_cuda_support():

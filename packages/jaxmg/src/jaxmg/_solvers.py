@@ -259,13 +259,17 @@ def _hermitian_from_triangle(x, axis_name):
     s = x.shape[0]
     x = _mirror_blocks_below(x, axis_name)
     # The diagonal block is filled in place from itself: safe however XLA fuses it, since each
-    # element reads only itself or an element above the diagonal, which keeps its value.
+    # element reads only itself or an element above the diagonal, which keeps its value. A sum
+    # of masked terms (each element gets exactly one nonzero term), not one select between the
+    # block and its transpose: XLA:CPU's optimising compiler takes seconds to minutes over
+    # such a select in real dtypes (23 s for a 512-square float64 block, jax 0.10.2).
     first = jax.lax.axis_index(axis_name) * s
     block = jax.lax.dynamic_slice_in_dim(x, first, s, axis=1)
     rows = jnp.arange(s, dtype=jnp.int32)[:, None]
     cols = jnp.arange(s, dtype=jnp.int32)[None, :]
-    diagonal = jnp.real(block).astype(x.dtype)  # a Hermitian matrix has a real diagonal
-    block = jnp.where(cols > rows, block, jnp.where(cols == rows, diagonal, jnp.conj(block).T))
+    upper = jnp.where(cols > rows, block, 0)
+    diagonal = jnp.where(cols == rows, jnp.real(block).astype(x.dtype), 0)  # real: Hermitian
+    block = upper + diagonal + jnp.conj(upper).T
     return jax.lax.dynamic_update_slice_in_dim(x, block, first, axis=1)
 
 
@@ -462,10 +466,14 @@ def _statics(T_A, n, cyclic_1d, relayout, geometry, fn):
 
 def _layout(T_A, n, geometry, pad, routine, fn):
     """The checked layout of a call (its ``T_A``: as asked, or chosen for ``None``); raises for
-    ``pad=False`` with a tile that would widen A's blocks."""
-    T_A = _checks.resolve_tile(
-        T_A, n, geometry.ndev, routine, geometry.platform, fn, geometry.backend, pad
-    )
+    ``pad=False`` with a tile that would widen A's blocks. Backend ``"jax"`` (one device, JAX's
+    dense solvers) takes the whole matrix as one tile whatever ``T_A`` was asked for."""
+    if geometry.backend == "jax":
+        T_A = n
+    else:
+        T_A = _checks.resolve_tile(
+            T_A, n, geometry.ndev, routine, geometry.platform, fn, geometry.backend, pad
+        )
     layout = _checks.plan(n, geometry.ndev, T_A, fn)
     _checks.unpadded(pad, layout, fn)
     return layout
@@ -482,7 +490,7 @@ def _prepare(A, T_A, mesh, spec, cyclic_1d, relayout, pad, fn, routine, backend=
             "unpadded: jaxmg 0.0.x's pre-padded shards (pad=False) are not accepted; pass the "
             "N x N matrix."
         )
-    geometry = _geometry.resolve(A, mesh, spec, backend=backend, fn=fn)
+    geometry = _geometry.resolve(A, mesh, spec, backend=backend, fn=fn, cyclic=bool(cyclic_1d))
     if geometry.backend == "mp":
         _native.load_mp(fn, geometry.platform)
     if geometry.form == "grid":
@@ -729,7 +737,9 @@ def _local_statics(
             return width * ndev == n
         return _checks.plan(n, ndev, T_A, fn).local_width == width
 
-    geometry = _geometry.from_abstract_mesh(axis_name, sharded_by, fits, backend, fn)
+    geometry = _geometry.from_abstract_mesh(
+        axis_name, sharded_by, fits, backend, fn, cyclic=bool(cyclic_1d)
+    )
     if geometry.backend == "mp":
         _native.load_mp(fn, geometry.platform)
     layout = _layout(T_A, n, geometry, pad, routine, fn)

@@ -20,6 +20,11 @@ the engine (``relayout="native"``: ScaLAPACK's p?gemr2d) or is the 2D relayout i
 
 Failure. A matrix that is not positive definite (potrs, potri), or an eigensolver that fails to
 converge (syevd), is not an exception: the status is nonzero and every floating output is NaN.
+
+Engines. The native target of step 2 is one engine's wrapper (:func:`jaxmg._native.engine`):
+cuSolverMg or its LAPACK twin (``"mg"``), the distributed engine (``"mp"``), or, on a solver
+axis of one device, JAX's own dense solvers behind the same wrappers (``"jax"``,
+:mod:`jaxmg._dense`; the tile is then the whole matrix and steps 1 and 3 move nothing).
 """
 
 from __future__ import annotations
@@ -538,7 +543,9 @@ def potrs(
       T_A: column tile size of the block-cyclic layout, any positive int (``T_A >= N / ndev``
         needs no relayout); ``None`` (default) chooses one for the platform (see the README:
         ``N / ndev`` on CPU; on GPUs ``N / ndev`` up to 4096, else a tile of 256-4096; on a
-        process grid ``min(N / rows, N / cols)``).
+        process grid ``min(N / rows, N / cols)``). On a solver axis of one device with the
+        default ``backend``, JAX's dense solvers take ``A`` whole: ``T_A`` (and ``pad``,
+        ``relayout``) is accepted and has no effect there.
       mesh: a ``jax.sharding.Mesh``, or an ``AbstractMesh`` such as
         ``jax.sharding.get_abstract_mesh()`` under ``jax.set_mesh``; default: the mesh ``A``
         lives on, else the one of ``jax.set_mesh``.
@@ -566,8 +573,12 @@ def potrs(
         the distributed engine, one process per device over every process of the job (CPUs:
         ScaLAPACK over MPI, ``pip install 'jaxmg[mpi]'``, processes started by ``mpiexec``;
         GPUs: cuSOLVERMp over NCCL, NOT YET RUN ON GPU HARDWARE, on only with
-        ``JAXMG_GPU_MULTIPROCESS=1``; no potri). ``None`` (default): ``"mp"`` when the devices
-        are on several hosts or more than 16 GPUs, else ``"mg"``.
+        ``JAXMG_GPU_MULTIPROCESS=1``; no potri). ``None`` (default): on a mesh axis of one
+        device (unless ``cyclic_1d``), JAX's own dense solvers (cuSOLVER on GPUs, LAPACK on
+        CPUs), with the same statuses, NaN on failure, factors and derivatives: one device
+        has nothing to distribute, and they are faster there than cuSolverMg; ``"mg"`` on one
+        device forces cuSolverMg (the twin on CPUs). Otherwise ``"mp"`` when the devices are
+        on several hosts or more than 16 GPUs, else ``"mg"``.
 
     Returns:
       ``x`` with ``b``'s shape, replicated over the mesh; with ``return_logdet``,
@@ -581,7 +592,8 @@ def potrs(
     :mod:`jaxmg._factors`); the backward pass reuses the forward Cholesky factor.
 
     Runs eagerly, under ``jax.jit`` and inside ``shard_map`` programs; under ``jax.vmap`` the
-    batch is solved one matrix after another. Never gathers ``A`` on one device.
+    batch is solved one matrix after another (on one device with the default ``backend``,
+    JAX's batched solvers take it at once). Never gathers ``A`` on one device.
     """
     fn = "jaxmg.potrs"
     _checks.keyword_only(fn, positional, _POTRS_WAS)
@@ -663,9 +675,9 @@ def syevd(
         columns ``P(None, ax)`` or by rows ``P(ax, None)``; only one triangle is read (lower for
         column sharding, upper for row sharding).
       T_A, mesh, in_specs, cyclic_1d, pad, relayout, backend: as for :func:`potrs`. On GPUs
-        cuSolverMg's
-        syevd accepts tiles up to 1024 columns: a wider ``T_A`` is lowered to 1024 with a
-        ``UserWarning`` (``T_A=None`` chooses at most 1024 there).
+        cuSolverMg's syevd accepts tiles up to 1024 columns: a wider ``T_A`` is lowered to 1024
+        with a ``UserWarning`` (``T_A=None`` chooses at most 1024 there); not on one device
+        with the default ``backend``, where JAX's eigensolver takes ``A`` whole.
       return_eigenvectors: also compute the eigenvectors.
       return_status: also return the status.
 
@@ -674,7 +686,8 @@ def syevd(
       replicated; with ``return_eigenvectors``, ``(w, V)`` where the columns of ``V`` (``[N,
       N]``, sharded like ``A``) are the eigenvectors; with ``return_status`` the status (an
       int32 scalar) comes last: 0 on success, ``k > 0`` if the solver did not converge
-      (outputs are then NaN).
+      (outputs are then NaN; ``N + 1`` from JAX's eigensolver on one device, which gives no
+      LAPACK ``info``).
 
     Memory: with ``A`` donated (``jax.jit(..., donate_argnums=...)``), ``V`` takes over ``A``'s
     buffer. Column-sharded ``A``: ``V`` goes back transposed (one more block); row-sharded: one

@@ -13,6 +13,7 @@ takes the dense path.
 """
 
 import re
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -24,6 +25,7 @@ from jax.sharding import PartitionSpec as P
 from jax.test_util import check_grads
 
 import jaxmg
+import jaxmg_cuda
 from jaxmg import _geometry, _native
 
 SWEPT = pytest.mark.dtype_sweep
@@ -466,14 +468,47 @@ def test_vmap_is_batched_and_keeps_each_status(solo):
 def test_solves_transposed_says_which_getrs_takes_a_transpose(monkeypatch):
     """What the LU programs read: cuSolverMg's getrs takes only N (issue 24), cuSOLVERMp's too;
     ScaLAPACK's and the dense engine's take N, T and C."""
-    import jaxmg_cuda
-
     monkeypatch.setattr(jaxmg_cuda.mp, "nccl_id", lambda: np.zeros(16, np.int64))
     assert _native.engine("cpu", "f", "mg").solves_transposed is False
     assert _native.engine("cpu", "f", "mp").solves_transposed is True
     assert _native.engine("gpu", "f", "mp").solves_transposed is False
     for platform in ("cpu", "gpu"):
         assert _native.engine(platform, "f", "jax").solves_transposed is True
+
+
+@pytest.mark.usefixtures("once_per_suite")
+def test_one_gpu_lowers_to_jax_cusolver_calls():
+    """On one GPU (an abstract one, lowered for CUDA here) the default program is JAX's own
+    cuSOLVER calls, with no tile limit (no syevd warning for T_A=4096); backend="mg" is
+    cuSolverMg's target."""
+    mesh = jax.sharding.AbstractMesh(
+        (1,), ("x",), axis_types=(AxisType.Explicit,),
+        abstract_device=jax.sharding.AbstractDevice("gpu", None, "cuda"),
+    )  # fmt: skip
+    arg = jax.ShapeDtypeStruct((64, 64), jnp.float64, sharding=NamedSharding(mesh, FORMS["cols"]))
+    b = jnp.ones(64)
+
+    def everything(a, backend=None):
+        kw = dict(mesh=mesh, backend=backend)
+        w, v = jaxmg.syevd(a, 4096, **kw)
+        return (jaxmg.potrs(a, b, **kw), jaxmg.potri(a, **kw), w, v,
+                jaxmg.syevd(a, return_eigenvectors=False, **kw),
+                jaxmg.lu_solve(a, b, trans=1, **kw))  # fmt: skip
+
+    def targets(fn):
+        text = jax.jit(fn).trace(arg).lower(lowering_platforms=("cuda",)).as_text()
+        return set(re.findall(r"custom_call @(\w+)\(", text))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dense = targets(everything)
+    assert dense == {
+        "cusolver_potrf_ffi", "cusolver_syevd_ffi", "cusolver_getrf_ffi",
+        "cu_lu_pivots_to_permutation",
+    }  # fmt: skip
+    if jaxmg_cuda.has_cuda_support():
+        native = targets(lambda a: jaxmg.potrs(a, b, mesh=mesh, backend="mg"))
+        assert native == {"jaxmg_potrs"}
 
 
 # --- with several devices ----------------------------------------------------------------------

@@ -33,11 +33,14 @@ the transposes here are layout changes that XLA folds into the calls (as in JAX'
 column-sharded ``A``).
 
 Eigenvalues alone: on CPUs JAX's ``eigvalsh`` computes the eigenvectors too (its LAPACK call
-always asks for them), 3x the work of LAPACK's values-only ``?syevd`` that the twin runs; here
-``M`` is reduced to tridiagonal form (``lax.linalg.tridiagonal``, LAPACK's ``?sytrd``/
-``?hetrd``) and its eigenvalues found by bisection (``jax.scipy.linalg.eigh_tridiagonal``),
-as fast as the twin's call. On GPUs, ``lax.linalg.eigh`` (cuSOLVER's syevd): what ``eigvalsh``
-runs there.
+always asks for them); here ``M`` is reduced to tridiagonal form (``lax.linalg.tridiagonal``,
+LAPACK's ``?sytrd``/``?hetrd``) and its eigenvalues found by bisection
+(``jax.scipy.linalg.eigh_tridiagonal``): half of ``eigvalsh``'s time at N = 1024 and 2048
+(benchmarks/results/cpu_one_device.md), though slower than the twin's values-only ``?syevd``
+(0.36 of it). On GPUs, ``lax.linalg.eigh`` (cuSOLVER's syevd): what ``eigvalsh`` runs there.
+JAX has no ``?potri`` either: the inverse is two triangular solves with the factor, as fast
+as ``jnp.linalg.inv`` and slower than the twin's LAPACK ``?potri`` (0.5-0.6 of ``inv``) on
+CPUs, where ``backend="mg"`` is the faster choice for ``potri`` and eigenvalues alone.
 
 Under ``jax.vmap`` these are JAX's batched solvers (the native engine solves a batch one matrix
 after another).

@@ -396,8 +396,9 @@ def resolve(
 def choose_backend(backend, mesh, axis: str, platform: str, *, cyclic: bool = False) -> str:
     """``backend`` as given, or for ``None`` the automatic choice: ``"jax"`` (JAX's own dense
     solvers, :mod:`jaxmg._dense`) when ``axis`` holds one device and ``A`` is not given
-    block-cyclic (``cyclic``), since there is nothing to distribute and one device's dense
-    solver is faster than cuSolverMg (and as fast as the LAPACK twin); ``"mp"`` when the
+    block-cyclic (``cyclic``): there is nothing to distribute, and one device's dense solvers
+    are faster than cuSolverMg (and, on CPUs, as fast as the LAPACK twin except for potri and
+    eigenvalues alone, which JAX's lack: ``backend="mg"`` there); ``"mp"`` when the
     devices of ``axis`` are more GPUs than cuSolverMg takes or live on several hosts; else
     ``"mg"``. A process of a multi-process job whose solver axis holds its one device (as
     :func:`jaxmg.host_mesh` gives with one device per process) solves alone, on ``"jax"``."""

@@ -458,12 +458,14 @@ _SYEVD_WAS = "return_eigenvectors (jaxmg 0.0.x), e.g. return_eigenvectors=False"
 
 
 def _statics(T_A, n, cyclic_1d, relayout, geometry, fn):
-    """The static arguments every local body and program takes, ``relayout`` checked."""
+    """The static arguments every local body and program takes, ``relayout`` checked (on
+    backend ``"jax"``, which relays nothing, one value: the same program for both)."""
+    relayout = _checks.relayout(relayout, fn)
     return dict(
         T_A=T_A,
         n=n,
         cyclic=bool(cyclic_1d),
-        relayout=_checks.relayout(relayout, fn),
+        relayout="native" if geometry.backend == "jax" else relayout,
         geometry=geometry,
         fn=fn,
     )

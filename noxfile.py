@@ -14,10 +14,10 @@
 - ``demo``: install and run ``python -m jaxmg demo``.
 - ``tsan``: the rendezvous and CPU twin under ThreadSanitizer.
 - ``asan``: the CUDA layer on the CUDA emulator under AddressSanitizer.
-- ``bench``: the CPU benchmarks (solvers vs JAX on one device; derivatives vs JAX on one
-  device; layout round trip; one device per process vs one process; backend "mp" against
-  ScaLAPACK called directly); arguments after ``--`` go
-  to ``benchmarks/solvers.py``.
+- ``bench``: the CPU benchmarks (solvers vs JAX on one device, from 4 devices and from one,
+  where jaxmg's default and ``backend="mg"`` both run; derivatives vs JAX on one device; layout
+  round trip; one device per process vs one process; backend "mp" against ScaLAPACK called
+  directly); arguments after ``--`` go to ``benchmarks/solvers.py``.
 - ``gpu``: on a GPU machine, offline, with its own Python (``benchmarks/gpu_validate.py``,
   which also runs without nox): build jaxmg-cuda, run the CUDA layer and the GPU tests with
   ``JAXMG_REQUIRE_GPU=1``, then the GPU benchmark table against JAX's own solvers; one results
@@ -231,11 +231,12 @@ def bench(session):
     install_jaxmg(session, "plot", "mpi")
     results = ROOT / "benchmarks" / "results"
 
-    def solvers(name, *args):
-        """benchmarks/solvers.py on 4 simulated CPU devices; results/<name>.{jsonl,md}."""
+    def solvers(name, *args, devices=4):
+        """benchmarks/solvers.py on ``devices`` simulated CPU devices;
+        results/<name>.{jsonl,md}."""
         outputs = ("--json", results / f"{name}.jsonl", "--markdown", results / f"{name}.md")
         arguments = [str(a) for a in args + outputs]
-        session.run("python", "benchmarks/solvers.py", "--cpu-devices", "4", *arguments)
+        session.run("python", "benchmarks/solvers.py", "--cpu-devices", str(devices), *arguments)
 
     routines = ("potrs", "potri", "syevd")
     if session.posargs:
@@ -256,6 +257,14 @@ def bench(session):
         solvers(
             "cpu_tiles",
             *("--routines", *routines, "--n", 2048, "--tiles", 128, 256, 512, "--overhead-n", 0),
+        )
+        # One device: jaxmg's default (JAX's own dense solvers) and backend="mg" (the LAPACK
+        # twin), each against JAX in the same run.
+        solvers(
+            "cpu_one_device",
+            *("--routines", *routines, "syevd_values", "lu_solve", "cho_solve"),
+            *("--n", 1024, 2048, "--tiles", 0, "--backends", "default", "mg", "--runs", 7),
+            devices=1,
         )
     # Derivatives: a Gaussian-process likelihood's value and gradient, and an LU solve, against
     # JAX on one device (N = 2048, 4 simulated CPU devices).

@@ -19,6 +19,28 @@ def timed(fn, args, runs, warmup):
     return statistics.median(seconds), min(seconds), max(seconds)
 
 
+def timed_pair(first, first_args, second, second_args, runs, warmup):
+    """``(first's (median, min, max), second's, per-run ratios first / second)``: the two
+    programs run alternately (which one goes first alternates too), so that a machine whose
+    speed drifts (a shared one) slows both alike and the ratios of the pairs stay meaningful."""
+    import jax
+
+    for _ in range(warmup):
+        jax.block_until_ready(first(*first_args))
+        jax.block_until_ready(second(*second_args))
+    times = ([], [])
+    pair = ((first, first_args), (second, second_args))
+    for run in range(runs):
+        for k in (0, 1) if run % 2 == 0 else (1, 0):
+            fn, args = pair[k]
+            start = time.perf_counter()
+            jax.block_until_ready(fn(*args))
+            times[k].append(time.perf_counter() - start)
+    ratios = [a / b for a, b in zip(*times, strict=True)]
+    summary = [(statistics.median(t), min(t), max(t)) for t in times]
+    return summary[0], summary[1], ratios
+
+
 def timed_calls(fn, warmup, runs):
     """``(median, min, max)`` seconds of ``fn()`` (which waits for its own results)."""
     for _ in range(warmup):

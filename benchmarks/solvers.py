@@ -1,14 +1,22 @@
-"""Benchmark jaxmg's potrs / potri / syevd against JAX's own linear algebra on one device.
+"""Benchmark jaxmg's potrs / potri / syevd / lu_solve / cho_factor + cho_solve against JAX's
+own linear algebra on one device.
 
-For every case (routine x N x dtype x T_A x device count) the same matrix is solved by jaxmg
-on ``ndev`` devices and by the single-device JAX baseline (``cho_factor`` + ``cho_solve``,
-``jnp.linalg.inv``, ``jnp.linalg.eigh``) in the same run. Each timing is ``--warmup`` untimed
-runs then ``--runs`` timed runs ending in ``block_until_ready``; the median and the spread
-(min..max) are reported, with TFLOP/s from the standard flop counts:
+For every case (routine x N x dtype x T_A x device count x backend) the same matrix is solved by
+jaxmg on ``ndev`` devices and by the single-device JAX baseline (``cho_factor`` + ``cho_solve``,
+``jnp.linalg.inv``, ``jnp.linalg.eigh``/``eigvalsh``, ``jnp.linalg.solve``) in the same run.
+Each timing is ``--warmup`` untimed runs then ``--runs`` timed runs ending in
+``block_until_ready``, jaxmg's and the baseline's alternating (so that a shared machine's
+drifting speed slows both alike); the median and the spread (min..max) are reported, the ratio
+of the medians and the median and spread of the per-run ratios, with TFLOP/s from the standard
+flop counts:
 
-    potrs: N^3/3 (potrf) + 2 N^2 nrhs        potri: N^3/3 (potrf) + 2 N^3/3
-    syevd (values): 4 N^3/3                   syevd (vectors): 4 N^3
-    complex dtypes: 4x the real count.
+    potrs, cho_solve: N^3/3 (potrf) + 2 N^2 nrhs      potri: N^3/3 (potrf) + 2 N^3/3
+    syevd (values): 4 N^3/3                             syevd (vectors): 4 N^3
+    lu_solve: 2 N^3/3 (getrf) + 2 N^2 nrhs              complex dtypes: 4x the real count.
+
+``--backends default mg``: jaxmg's automatic engine (on one device, JAX's own dense solvers)
+and ``backend="mg"`` (cuSolverMg, or its LAPACK twin on CPUs), each against the baseline.
+``--tiles 0`` is ``T_A=None`` (jaxmg chooses).
 
 Every case is checked (scaled residual < 30) so a fast wrong answer cannot pass. Memory, for
 jaxmg and for the baseline: the compiled program's memory analysis per device (arguments +
@@ -24,8 +32,10 @@ the native leader (default) and JAX collectives.
 Output: one JSON line per case on stdout (and in ``--json``), a markdown table at the end (and in
 ``--markdown``), and PNG plots with ``--plots DIR``.
 
-Example (CPU, 4 simulated devices):
+Examples (CPU, 4 simulated devices; one device, both engines):
     python benchmarks/solvers.py --cpu-devices 4 --routines potrs --n 1024 2048 --tiles 128
+    python benchmarks/solvers.py --cpu-devices 1 --routines potrs syevd --tiles 0 \
+        --backends default mg
 """
 
 from __future__ import annotations
@@ -33,11 +43,13 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
+import statistics
 import sys
 
-from _common import progress, timed
+from _common import progress, timed, timed_pair
 
-ROUTINES = ("potrs", "potri", "syevd", "syevd_values")
+ROUTINES = ("potrs", "potri", "syevd", "syevd_values", "lu_solve", "cho_solve")
+BACKENDS = ("default", "mg")  # jaxmg's backend=None, and backend="mg"
 
 
 # How A is sharded over the mesh axis "x": by columns (the original README's form) or by rows.
@@ -49,12 +61,13 @@ def parse(argv=None):
     p.add_argument("--routines", nargs="+", default=["potrs"], choices=ROUTINES)
     p.add_argument("--n", nargs="+", type=int, default=[1024, 2048])
     p.add_argument("--dtypes", nargs="+", default=["float64"])
-    p.add_argument("--tiles", nargs="+", type=int, default=[128])
+    p.add_argument("--tiles", nargs="+", type=int, default=[128], help="T_A (0: None)")
     p.add_argument("--devices", nargs="+", type=int, default=None, help="device counts (all)")
     p.add_argument("--relayouts", nargs="+", default=["native"], choices=("native", "jax"))
     p.add_argument(
         "--shardings", nargs="+", default=["cols"], choices=tuple(SHARDINGS), help="A's sharding"
     )
+    p.add_argument("--backends", nargs="+", default=["default"], choices=BACKENDS)
     p.add_argument("--nrhs", type=int, default=1)
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
@@ -72,6 +85,8 @@ def flops(routine: str, n: int, nrhs: int, complex_: bool) -> float:
         "potri": n**3 / 3 + 2 * n**3 / 3,
         "syevd": 4 * n**3,
         "syevd_values": 4 * n**3 / 3,
+        "lu_solve": 2 * n**3 / 3 + 2 * n**2 * nrhs,
+        "cho_solve": n**3 / 3 + 2 * n**2 * nrhs,
     }[routine]
     return count * (4 if complex_ else 1)
 
@@ -85,10 +100,12 @@ def make_matrix(n, dtype, routine, seed=0):
         m = m + 1j * rng.standard_normal((n, n))
     if routine.startswith("syevd"):
         return ((m + m.conj().T) / 2).astype(dtype)
+    if routine == "lu_solve":  # general, eigenvalues away from 0
+        return (m + 2 * np.sqrt(n) * np.eye(n)).astype(dtype)
     return (m @ m.conj().T / n + np.eye(n)).astype(dtype)
 
 
-def programs(routine, tile, mesh, nrhs, relayout="native"):
+def programs(routine, tile, mesh, nrhs, relayout="native", backend="default"):
     """(jaxmg program, baseline program, residual(a, out), takes b, jaxmg with A donated).
 
     The donated program (potri, syevd with vectors: the results of A's shape) is only compiled,
@@ -104,18 +121,26 @@ def programs(routine, tile, mesh, nrhs, relayout="native"):
     def eps_n(a):
         return np.finfo(a.dtype).eps * a.shape[0]
 
+    tile = tile or None
+    kw = dict(relayout=relayout, backend=None if backend == "default" else backend)
+
+    def check_solve(a, b, x):
+        return np.linalg.norm(a @ x - b) / (np.linalg.norm(a, 1) * np.linalg.norm(x) * eps_n(a))
+
+    cholesky = jax.jit(lambda a, b: jsl.cho_solve(jsl.cho_factor(a, lower=True), b))
     if routine == "potrs":
-        mg = jax.jit(lambda a, b: jaxmg.potrs(a, b, tile, relayout=relayout))  # nothing to alias
-        base = jax.jit(lambda a, b: jsl.cho_solve(jsl.cho_factor(a, lower=True), b))
-
-        def check(a, b, x):
-            return np.linalg.norm(a @ x - b) / (np.linalg.norm(a, 1) * np.linalg.norm(x) * eps_n(a))
-
-        return mg, base, check, True, None
+        mg = jax.jit(lambda a, b: jaxmg.potrs(a, b, tile, **kw))  # nothing to alias
+        return mg, cholesky, check_solve, True, None
+    if routine == "cho_solve":
+        mg = jax.jit(lambda a, b: jaxmg.cho_solve(jaxmg.cho_factor(a, tile, **kw), b))
+        return mg, cholesky, check_solve, True, None
+    if routine == "lu_solve":
+        mg = jax.jit(lambda a, b: jaxmg.lu_solve(a, b, tile, **kw))
+        return mg, jax.jit(jnp.linalg.solve), check_solve, True, None
     if routine == "potri":
 
         def inv(a):
-            return jaxmg.potri(a, tile, relayout=relayout)
+            return jaxmg.potri(a, tile, **kw)
 
         mg = jax.jit(inv)
         base = jax.jit(jnp.linalg.inv)
@@ -129,7 +154,7 @@ def programs(routine, tile, mesh, nrhs, relayout="native"):
     vectors = routine == "syevd"
 
     def eig(a):
-        return jaxmg.syevd(a, tile, return_eigenvectors=vectors, relayout=relayout)
+        return jaxmg.syevd(a, tile, return_eigenvectors=vectors, **kw)
 
     mg = jax.jit(eig)
     base = jax.jit(jnp.linalg.eigh if vectors else jnp.linalg.eigvalsh)
@@ -166,7 +191,7 @@ def memory(fn, args, devices, prefix=""):
     return out
 
 
-def run_case(routine, n, dtype, tile, ndev, relayout, sharding, args, all_devices):
+def run_case(routine, n, dtype, tile, ndev, relayout, sharding, backend, args, all_devices):
     import jax
     import numpy as np
     from jax.sharding import NamedSharding
@@ -180,11 +205,16 @@ def run_case(routine, n, dtype, tile, ndev, relayout, sharding, args, all_device
     b = jax.device_put(b_host, NamedSharding(mesh, P()))
     a0 = jax.device_put(a_host, devices[0])
     b0 = jax.device_put(b_host, devices[0])
-    mg, base, check, takes_b, donated = programs(routine, tile, mesh, args.nrhs, relayout)
+    mg, base, check, takes_b, donated = programs(routine, tile, mesh, args.nrhs, relayout, backend)
     mg_args, base_args = ((a, b), (a0, b0)) if takes_b else ((a,), (a0,))
-    t_mg = timed(mg, mg_args, args.runs, args.warmup)
-    mem_mg = memory(mg, mg_args, devices)  # before the baseline runs (GPU peak)
-    t_base = timed(base, base_args, args.runs, args.warmup)
+    if devices[0].platform == "gpu":  # jaxmg's peak memory before the baseline's runs
+        t_mg = timed(mg, mg_args, args.runs, args.warmup)
+        mem_mg = memory(mg, mg_args, devices)
+        t_base = timed(base, base_args, args.runs, args.warmup)
+        ratios = [t_mg[0] / t_base[0]]
+    else:
+        t_mg, t_base, ratios = timed_pair(mg, mg_args, base, base_args, args.runs, args.warmup)
+        mem_mg = memory(mg, mg_args, devices)
     mem_base = memory(base, base_args, devices[:1], prefix="baseline_")
     mem_donated = {} if donated is None else memory(donated, mg_args, devices, prefix="donated_")
     out = mg(*mg_args)
@@ -198,6 +228,7 @@ def run_case(routine, n, dtype, tile, ndev, relayout, sharding, args, all_device
         "T_A": tile,
         "relayout": relayout,
         "sharding": sharding,
+        "backend": backend,
         "ndev": ndev,
         "platform": devices[0].platform,
         "device_kind": devices[0].device_kind,
@@ -206,6 +237,9 @@ def run_case(routine, n, dtype, tile, ndev, relayout, sharding, args, all_device
         "jaxmg_max_s": t_mg[2],
         "baseline_s": t_base[0],
         "ratio_to_baseline": t_mg[0] / t_base[0],
+        "pair_ratio_median": statistics.median(ratios),
+        "pair_ratio_min": min(ratios),
+        "pair_ratio_max": max(ratios),
         "jaxmg_tflops": work / t_mg[0] / 1e12,
         "baseline_tflops": work / t_base[0] / 1e12,
         "scaled_residual": residual,
@@ -216,9 +250,11 @@ def run_case(routine, n, dtype, tile, ndev, relayout, sharding, args, all_device
     }
 
 
-def overhead_us(n, all_devices, runs):
-    """Median wall time of one potrs call at tiny N: the per-call fixed cost."""
+def overhead_us(n, all_devices, runs, backend="default"):
+    """Median wall times (us) of one potrs call at tiny N, the per-call fixed cost, and of the
+    baseline's (``cho_factor`` + ``cho_solve`` on one device), in the same run."""
     import jax
+    import jax.scipy.linalg as jsl
     import numpy as np
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
@@ -227,30 +263,45 @@ def overhead_us(n, all_devices, runs):
 
     mesh = jax.make_mesh((len(all_devices),), ("x",), devices=all_devices)
     n = max(n, len(all_devices)) // len(all_devices) * len(all_devices)
-    a = jax.device_put(make_matrix(n, "float32", "potrs"), NamedSharding(mesh, P(None, "x")))
-    b = jax.device_put(np.ones((n, 1), np.float32), NamedSharding(mesh, P()))
-    fn = jax.jit(lambda a, b: jaxmg.potrs(a, b, n // len(all_devices)))
-    return timed(fn, (a, b), max(runs, 20), 3)[0] * 1e6
+    a_host, b_host = make_matrix(n, "float32", "potrs"), np.ones((n, 1), np.float32)
+    a = jax.device_put(a_host, NamedSharding(mesh, P(None, "x")))
+    b = jax.device_put(b_host, NamedSharding(mesh, P()))
+    engine = None if backend == "default" else backend
+    fn = jax.jit(lambda a, b: jaxmg.potrs(a, b, n // len(all_devices), backend=engine))
+    base = jax.jit(lambda a, b: jsl.cho_solve(jsl.cho_factor(a, lower=True), b))
+    args0 = (jax.device_put(a_host, all_devices[0]), jax.device_put(b_host, all_devices[0]))
+    mine, theirs, _ = timed_pair(fn, (a, b), base, args0, max(runs, 50), 5)
+    return mine[0] * 1e6, theirs[0] * 1e6
 
 
 def _mib(row, key):
     return f"{row[key] / 2**20:.1f}" if key in row else "-"
 
 
+def _pairs(row):
+    if "pair_ratio_median" not in row:
+        return "-"
+    return (
+        f"{row['pair_ratio_median']:.2f} ({row['pair_ratio_min']:.2f}..{row['pair_ratio_max']:.2f})"
+    )
+
+
 def markdown(rows):
     head = (
-        "| routine | N | dtype | T_A | relayout | A sharded by | devices | jaxmg ms (min..max) | "
-        "baseline ms | ratio | TFLOP/s | residual | MiB/device | A donated | baseline MiB | "
-        "GPU peak MiB |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "| routine | N | dtype | T_A | relayout | A sharded by | devices | backend | "
+        "jaxmg ms (min..max) | baseline ms | ratio | ratio per run (min..max) | TFLOP/s | "
+        "residual | MiB/device | A donated | baseline MiB | GPU peak MiB |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     lines = []
     for r in rows:
         lines.append(
-            f"| {r['routine']} | {r['n']} | {r['dtype']} | {r['T_A']} | {r['relayout']} | "
-            f"{r.get('sharding', 'cols')} | {r['ndev']} | "
+            f"| {r['routine']} | {r['n']} | {r['dtype']} | {r['T_A'] or 'auto'} | "
+            f"{r['relayout']} | {r.get('sharding', 'cols')} | {r['ndev']} | "
+            f"{r.get('backend', 'default')} | "
             f"{r['jaxmg_s'] * 1e3:.1f} ({r['jaxmg_min_s'] * 1e3:.1f}..{r['jaxmg_max_s'] * 1e3:.1f})"
             f" | {r['baseline_s'] * 1e3:.1f} | {r['ratio_to_baseline']:.2f} | "
+            f"{_pairs(r)} | "
             f"{r['jaxmg_tflops']:.3f} | {r['scaled_residual']:.2g} | {_mib(r, 'program_bytes')} | "
             f"{_mib(r, 'donated_program_bytes')} | "
             f"{_mib(r, 'baseline_program_bytes')} | {_mib(r, 'peak_bytes_per_device')} |"
@@ -259,7 +310,10 @@ def markdown(rows):
 
 
 def _series(r):
-    return r["dtype"], r["T_A"], r["ndev"], r["relayout"], r.get("sharding", "cols")
+    return (
+        r["dtype"], r["T_A"], r["ndev"], r["relayout"], r.get("sharding", "cols"),
+        r.get("backend", "default"),
+    )  # fmt: skip
 
 
 def plots(rows, folder):
@@ -281,7 +335,7 @@ def plots(rows, folder):
                 key=lambda p: p[0],
             )
             ns = [n for n, _ in pts]
-            label = f"{key[0]} T_A={key[1]} ndev={key[2]} {key[3]} {key[4]}"
+            label = f"{key[0]} T_A={key[1]} ndev={key[2]} {key[3]} {key[4]} {key[5]}"
             ax_t.plot(ns, [r["jaxmg_s"] for _, r in pts], "o-", label=f"jaxmg {label}")
             ax_t.plot(ns, [r["baseline_s"] for _, r in pts], "x--", label=f"baseline {key[0]}")
             ax_f.plot(ns, [r["jaxmg_tflops"] for _, r in pts], "o-", label=label)
@@ -321,7 +375,7 @@ def main(argv=None):
     all_devices = jax.devices()
     counts = args.devices or [len(all_devices)]
     cases = [
-        (routine, n, dtype, tile, ndev, relayout, sharding)
+        (routine, n, dtype, tile, ndev, relayout, sharding, backend)
         for routine in args.routines
         for n in args.n
         for dtype in args.dtypes
@@ -329,12 +383,13 @@ def main(argv=None):
         for ndev in counts
         for relayout in args.relayouts
         for sharding in args.shardings
+        for backend in args.backends
         if n % ndev == 0 and ndev <= len(all_devices)
     ]
     rows = []
     sink = args.json.open("w") if args.json else None
     for i, case in enumerate(cases):
-        progress(i, len(cases), "{} N={} {} T_A={} ndev={} {} {}".format(*case))
+        progress(i, len(cases), "{} N={} {} T_A={} ndev={} {} {} {}".format(*case))
         row = run_case(*case, args, all_devices)
         rows.append(row)
         line = json.dumps(row)
@@ -342,11 +397,13 @@ def main(argv=None):
         if sink:
             sink.write(line + "\n")
     progress(len(cases), len(cases), "done")
-    if args.overhead_n:
-        fixed = overhead_us(args.overhead_n, all_devices, args.runs)
+    for backend in args.backends if args.overhead_n else ():
+        fixed, baseline = overhead_us(args.overhead_n, all_devices, args.runs, backend)
         line = json.dumps(
             {
                 "overhead_potrs_us": fixed,
+                "baseline_us": baseline,
+                "backend": backend,
                 "n": args.overhead_n,
                 "ndev": len(all_devices),
                 "platform": all_devices[0].platform,

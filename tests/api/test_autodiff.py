@@ -295,13 +295,15 @@ def test_syevd_derivatives(mesh, dtype, form):
 @pytest.mark.parametrize("form", FORMS)
 def test_backward_reuses_the_factor(mesh, form):
     """The compiled gradient program factors once (the forward potrs, which also returns its
-    factor) and solves the adjoint with that factor."""
+    factor) and solves the adjoint with that factor. Counted in the native engine's calls (on
+    one device too: tests/api/test_dense.py counts JAX's own)."""
     n = size()
     spec = FORMS[form]
     a, b = put(hpd(n, np.float64), mesh, spec), jnp.asarray(random(n, np.float64, 1, cols=1))
+    native = dict(mesh=mesh, in_specs=spec, backend="mg")
 
     def loss(s, b):
-        x, logdet = jaxmg.potrs(s, b, return_logdet=True, mesh=mesh, in_specs=spec)
+        x, logdet = jaxmg.potrs(s, b, return_logdet=True, **native)
         return jnp.sum(x**2) + logdet
 
     hlo = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(a, b).compile().as_text()
@@ -319,7 +321,7 @@ def test_backward_reuses_the_factor(mesh, form):
     assert hlo.count('custom_call_target="jaxmg_potrs_factored"') == 1  # the adjoint solve
     assert hlo.count('custom_call_target="jaxmg_potri_factored"') == 1  # logdet's A^-1
     # And the plain solve still makes one native call.
-    forward = jax.jit(lambda s, b: jaxmg.potrs(s, b, mesh=mesh, in_specs=spec)).lower(a, b)
+    forward = jax.jit(lambda s, b: jaxmg.potrs(s, b, **native)).lower(a, b)
     assert forward.compile().as_text().count('custom_call_target="jaxmg_') == 1
 
 

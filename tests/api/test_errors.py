@@ -87,10 +87,15 @@ def test_mp_needs_one_process_per_device(a, call):
         call(a)
 
 
-def test_automatic_backend_is_mg_in_one_process(a):
+def test_automatic_backend_in_one_process(a):
+    """One process: "mg" on an axis of several devices, JAX's own dense solvers ("jax") on an
+    axis of one (tests/api/test_dense.py)."""
     x = jaxmg.potrs(a, jnp.ones(a.shape[0]), backend=None)
     np.testing.assert_allclose(np.asarray(x), np.ones(a.shape[0]))
-    assert jaxmg._geometry.choose_backend(None, a.sharding.mesh, "x", "cpu") == "mg"
+    mesh = a.sharding.mesh
+    expected = "jax" if mesh.size == 1 else "mg"
+    assert jaxmg._geometry.choose_backend(None, mesh, "x", "cpu") == expected
+    assert jaxmg._geometry.choose_backend(None, mesh, "x", "cpu", cyclic=True) == "mg"
 
 
 @pytest.mark.parametrize("T_A", [2.0, True, "4"])
@@ -193,15 +198,17 @@ def test_arguments_after_in_specs_are_keyword_only(a, mesh, call, keyword):
 
 
 def test_pad_false_refuses_a_tile_that_widens_the_blocks(a, mesh):
+    """On the native engine (on one device JAX's dense solvers take A whole whatever T_A:
+    nothing is widened there, tests/api/test_dense.py)."""
     s = a.shape[0] // mesh.size  # 12
     with pytest.raises(ValueError, match=r"pad=False, but T_A=5 does not divide the 12 .*\(2, 3, "):
-        jaxmg.potri(a, 5, pad=False)
+        jaxmg.potri(a, 5, pad=False, backend="mg")
     with pytest.raises(TypeError, match="pad must be True or False, got 'no'"):
         jaxmg.potri(a, 4, pad="no")
     with pytest.raises(ValueError, match="pre-padded shards .*pad=False.* are not accepted"):
         jaxmg.potri(jnp.ones((a.shape[0] + mesh.size, a.shape[0])), 5, pad=False)
-    assert jaxmg.potri(a, 4, pad=False).shape == a.shape  # 4 divides 12: nothing to widen
-    assert jaxmg.potri(a, s + 1, pad=False).shape == a.shape  # one tile per device
+    assert jaxmg.potri(a, 4, pad=False, backend="mg").shape == a.shape  # 4 divides 12
+    assert jaxmg.potri(a, s + 1, pad=False, backend="mg").shape == a.shape  # one tile per device
 
 
 def test_auto_tile_needs_the_layout_of_cyclic_input(a):

@@ -181,12 +181,13 @@ def test_illegal_argument_is_an_error(cpu_devices, monkeypatch, routine, message
     A = jax.device_put(hermitian_pd(n, 0), NamedSharding(mesh, P(None, "x")))
     monkeypatch.setenv("JAXMG_TEST_ILLEGAL_LDA", "1")
     argument = {"potrs": 4, "syevd": 5}[routine]  # lda's place in ?potrf / ?syevd
+    native = dict(T_A=2, return_status=True, backend="mg")  # one device too: the native engine
     with pytest.raises(Exception, match=f"{message} rejected argument {argument} as illegal"):
         if routine == "potrs":
-            jax.block_until_ready(jaxmg.potrs(A, jnp.ones((n, 1)), T_A=2, return_status=True))
+            jax.block_until_ready(jaxmg.potrs(A, jnp.ones((n, 1)), **native))
         else:
-            jax.block_until_ready(jaxmg.syevd(A, T_A=2, return_status=True))
+            jax.block_until_ready(jaxmg.syevd(A, **native))
     monkeypatch.delenv("JAXMG_TEST_ILLEGAL_LDA")
-    x, status = jaxmg.potrs(A, jnp.ones((n, 1)), T_A=2, return_status=True)  # the next works
+    x, status = jaxmg.potrs(A, jnp.ones((n, 1)), **native)  # the next works
     assert int(status) == 0
     np.testing.assert_allclose(np.asarray(x), np.linalg.solve(hermitian_pd(n, 0), np.ones((n, 1))))

@@ -51,3 +51,39 @@ def test_tiny_sweep_passes_its_checks_and_reports_memory(tmp_path):
         if r["routine"] == "potri" or r["sharding"] == "rows":
             assert r["donated_program_bytes"] < r["program_bytes"], r
     assert table.read_text().count("\n| potri |") == 4
+
+
+def test_one_device_runs_both_engines_against_jax(tmp_path):
+    """The one-device cases nox -s bench runs: jaxmg's default (JAX's dense solvers) and
+    backend="mg", each checked and against the baseline, and the fixed cost of both."""
+    out = tmp_path / "one.jsonl"
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "solvers.py"),
+            "--cpu-devices", "1",
+            "--routines", "potri", "syevd_values", "lu_solve", "cho_solve",
+            "--n", "32",
+            "--tiles", "0",
+            "--backends", "default", "mg",
+            "--runs", "1",
+            "--warmup", "0",
+            "--overhead-n", "16",
+            "--json", str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    rows = [r for r in lines if "routine" in r]
+    assert sorted((r["routine"], r["backend"]) for r in rows) == sorted(
+        (routine, backend)
+        for routine in ("potri", "syevd_values", "lu_solve", "cho_solve")
+        for backend in ("default", "mg")
+    )
+    assert all(r["check_passed"] and r["ndev"] == 1 and r["T_A"] == 0 for r in rows), rows
+    fixed = [r for r in lines if "overhead_potrs_us" in r]
+    assert sorted(r["backend"] for r in fixed) == ["default", "mg"]
+    assert all(r["overhead_potrs_us"] > 0 and r["baseline_us"] > 0 for r in fixed), fixed

@@ -199,10 +199,12 @@ def test_a_leader_nobody_could_name_fails_the_others_at_the_deadline():
     assert codes[0] == 0 and codes[1] != 0, (codes, output)
 
 
-def test_multinode_recipe_two_processes_of_two_devices():
-    """host_mesh + gather_to_hosts: each process solves on its own two devices."""
-    codes, checks, output = run_job("multinode", 2, local_devices=2)
-    assert_all_passed(codes, checks, output, 2, 4)
+@pytest.mark.parametrize("local_devices", [2, 1])
+def test_multinode_recipe_two_processes(local_devices):
+    """host_mesh + gather_to_hosts: each process solves on its own devices, with the native
+    engine on two, with JAX's own dense solvers on one."""
+    codes, checks, output = run_job("multinode", 2, local_devices=local_devices)
+    assert_all_passed(codes, checks, output, 2, 5)
 
 
 @pytest.mark.parametrize("args", [[], ["--processes", "4"], ["--devices-per-process", "2"]])

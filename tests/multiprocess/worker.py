@@ -22,8 +22,9 @@ those can land inside a line of ours. Scenarios:
 - ``member_dies``: the same with a non-leader (process 1 at mesh position 1) killed.
 - ``leader_dies_abstract``: ``leader_dies`` with the calls inside a user's shard_map, where
   jaxmg does not know the leader's process: the survivor's wait ends at the deadline.
-- ``multinode``: several devices per process; the multi-node recipe (host_mesh,
-  gather_to_hosts) solves on each process's own devices.
+- ``multinode``: the multi-node recipe (host_mesh, gather_to_hosts) solves on each process's
+  own devices: the native engine on several, JAX's own dense solvers on one (no jaxmg call in
+  the compiled program).
 - ``one_gpu``: two processes on one GPU. On the H100 (issue 24) jax's own NCCL collectives
   refused the job ("Duplicate GPU detected") before any jaxmg call ran; cuSolverMg itself
   accepts a GPU listed twice. Every process reports which happened: its solve checked against
@@ -248,6 +249,13 @@ def multinode(n, tile):
     b = np.ones((n, 1))
     x = jaxmg.potrs(local, place(b, mesh, P()), tile)
     report("multinode_potrs", scaled_residual(A, fetch(x), b) < 30)
+    backend = jaxmg._geometry.resolve(local).backend
+    call = functools.partial(jaxmg.potrs, T_A=tile, mesh=mesh, in_specs=P(None, "x"))
+    compiled = jax.jit(lambda a: call(a, jnp.ones(n))).lower(local).compile()
+    calls = compiled.as_text().count('custom_call_target="jaxmg_')
+    one = jax.local_device_count() == 1
+    report("multinode_engine", (backend, calls > 0) == (("jax", False) if one else ("mg", True)),
+           backend=backend, jaxmg_calls=calls)  # fmt: skip
     w = jaxmg.syevd(local, tile, return_eigenvectors=False)
     ref = np.linalg.eigvalsh(A)
     report("multinode_syevd", np.allclose(fetch(w), ref, rtol=0, atol=1e-10 * np.abs(ref).max()))

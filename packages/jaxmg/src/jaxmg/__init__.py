@@ -6,7 +6,9 @@ determinant), ``potri`` (its inverse), ``syevd`` (Hermitian eigendecomposition),
 ``lu_factor``/``lu_solve`` (general square systems, LU with partial pivoting) on a matrix sharded
 over the devices of one node, from eagerly executed code, ``jax.jit`` and ``jax.shard_map``, all
 differentiable (``jax.grad``, ``jvp``, ``vjp``). On GPUs the work is done by cuSolverMg; on CPU
-devices by a LAPACK twin that runs the same multi-device machinery. One process may drive every
+devices by a LAPACK twin that runs the same multi-device machinery; on a mesh axis of one device,
+by JAX's own dense solvers with the same semantics (``backend="mg"`` forces cuSolverMg or the
+twin there). One process may drive every
 device, or each process one device of the node; for several nodes, ``host_mesh`` and
 ``gather_to_hosts`` gather the matrix onto every node.
 

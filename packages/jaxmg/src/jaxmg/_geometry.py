@@ -51,8 +51,10 @@ class Geometry:
       job: 0 when this process drives every device of the axis; else the multi-process mode
         (one device per process, one host) and the token the job's processes agreed on.
       pids: in the multi-process mode, the process id of each mesh position.
-      backend: ``"mg"`` (cuSolverMg / the LAPACK twin, one node) or ``"mp"`` (the distributed
-        engine, one process per device: ScaLAPACK over MPI on CPUs).
+      backend: ``"mg"`` (cuSolverMg / the LAPACK twin, one node), ``"mp"`` (the distributed
+        engine, one process per device: ScaLAPACK over MPI on CPUs) or ``"jax"`` (JAX's own
+        dense solvers on a solver axis of one device, :mod:`jaxmg._dense`; chosen by
+        :func:`choose_backend`, never asked for).
       row_axis: for ``"grid"``, the mesh axis of the process rows.
     """
 
@@ -334,12 +336,21 @@ def check_device_count(ndev: int, platform: str, axis: str) -> None:
 
 
 def resolve(
-    a, mesh=None, in_spec=None, *, argname: str = "A", backend=None, fn: str = "jaxmg"
+    a,
+    mesh=None,
+    in_spec=None,
+    *,
+    argname: str = "A",
+    backend=None,
+    fn: str = "jaxmg",
+    cyclic: bool = False,
 ) -> Geometry:
     """Work out mesh, axis and form of ``a`` from ``mesh``/``in_spec`` or from its sharding.
 
     ``in_spec``, when given, decides where ``a`` goes (the caller then places it so, whatever
     its sharding now); else ``a``'s own sharding does. ``mesh`` as in :func:`_solver_mesh`.
+    ``cyclic``: ``a`` is in the block-cyclic layout (``cyclic_1d=True``), which only the
+    native engines take.
 
     Raises ValueError naming what was found and what is accepted when the sharding is not one
     jaxmg can solve on.
@@ -371,7 +382,9 @@ def resolve(
         ndev = _mp_processes(mesh, (row_axis, axis), platform, fn)
         unknown = (UNKNOWN_DEVICE,) * ndev
         return Geometry(mesh, axis, form, ndev, platform, unknown, backend="mp", row_axis=row_axis)
-    backend = choose_backend(backend, mesh, axis, platform)
+    backend = choose_backend(backend, mesh, axis, platform, cyclic=cyclic)
+    if backend == "jax":
+        return _dense_geometry(mesh, axis, form, platform)
     if backend == "mp":
         ndev = _mp_processes(mesh, (axis,), platform, fn)
         return Geometry(mesh, axis, form, ndev, platform, (UNKNOWN_DEVICE,) * ndev, backend="mp")
@@ -380,12 +393,20 @@ def resolve(
     return Geometry(mesh, axis, form, len(device_ids), platform, device_ids, job, pids)
 
 
-def choose_backend(backend, mesh, axis: str, platform: str) -> str:
-    """``backend`` as given, or for ``None`` the automatic choice: ``"mp"`` when the devices of
-    ``axis`` are more GPUs than cuSolverMg takes or live on several hosts, else ``"mg"``."""
+def choose_backend(backend, mesh, axis: str, platform: str, *, cyclic: bool = False) -> str:
+    """``backend`` as given, or for ``None`` the automatic choice: ``"jax"`` (JAX's own dense
+    solvers, :mod:`jaxmg._dense`) when ``axis`` holds one device and ``A`` is not given
+    block-cyclic (``cyclic``): there is nothing to distribute, and one device's dense solvers
+    are faster than cuSolverMg (and, on CPUs, as fast as the LAPACK twin except for potri and
+    eigenvalues alone, which JAX's lack: ``backend="mg"`` there); ``"mp"`` when the
+    devices of ``axis`` are more GPUs than cuSolverMg takes or live on several hosts; else
+    ``"mg"``. A process of a multi-process job whose solver axis holds its one device (as
+    :func:`jaxmg.host_mesh` gives with one device per process) solves alone, on ``"jax"``."""
     if backend is not None:
         return backend
     ndev = dict(mesh.shape)[axis]
+    if ndev == 1 and not cyclic:
+        return "jax"
     if platform == "gpu" and ndev > MAX_GPUS:
         return "mp"
     if jax.process_count() == 1:
@@ -396,6 +417,13 @@ def choose_backend(backend, mesh, axis: str, platform: str) -> str:
     else:
         processes = range(jax.process_count())
     return "mp" if len({hosts[p] for p in processes}) > 1 else "mg"
+
+
+def _dense_geometry(mesh, axis: str, form: Form, platform: str) -> Geometry:
+    """The geometry of backend ``"jax"``: one device, which solves alone (each device of the
+    mesh's other axes, in any process, solves its own copy); no rendezvous, so its device
+    and process need not be known."""
+    return Geometry(mesh, axis, form, 1, platform, (UNKNOWN_DEVICE,), backend="jax")
 
 
 def _mp_processes(mesh, axes: tuple[str, ...], platform: str, fn: str) -> int:
@@ -473,12 +501,18 @@ def grid_from_abstract_mesh(axes, backend=None, fn: str = "jaxmg") -> Geometry:
 
 
 def from_abstract_mesh(
-    axis_name: str | None, form: Form, fits, backend=None, fn: str = "jaxmg"
+    axis_name: str | None,
+    form: Form,
+    fits,
+    backend=None,
+    fn: str = "jaxmg",
+    cyclic: bool = False,
 ) -> Geometry:
     """The geometry inside a user's ``shard_map``, where only the abstract mesh is known.
 
     ``axis_name=None`` picks the one mesh axis whose size ``fits(size)`` says the local block
-    is split over (jaxmg 0.0.x's ``*_shardmap_ctx`` functions took no axis name).
+    is split over (jaxmg 0.0.x's ``*_shardmap_ctx`` functions took no axis name). ``cyclic``
+    as for :func:`resolve`.
     """
     mesh, manual = _enclosing_shard_map()
     if axis_name is None:
@@ -498,7 +532,10 @@ def from_abstract_mesh(
             "local blocks."
         )
     platform = _platform(mesh)
-    if choose_backend(backend, mesh, axis_name, platform) == "mp":
+    backend = choose_backend(backend, mesh, axis_name, platform, cyclic=cyclic)
+    if backend == "jax":
+        return _dense_geometry(mesh, axis_name, form, platform)
+    if backend == "mp":
         ndev = _mp_processes(mesh, (axis_name,), platform, fn)
         return Geometry(
             mesh, axis_name, form, ndev, platform, (UNKNOWN_DEVICE,) * ndev, backend="mp"

@@ -1,12 +1,19 @@
-"""The one place the facade reaches the native package.
+"""The one place the facade reaches the engines.
 
 ``jaxmg_cuda`` registers two engines' targets. Backend ``"mg"``: cuSolverMg on GPUs and its
 LAPACK twin on CPUs, under the same names, so XLA picks the implementation by the platform it
 lowers for. Backend ``"mp"``: the distributed engine, one process per device (on CPUs
 ScaLAPACK over MPI; on GPUs cuSOLVERMp over NCCL, NOT YET RUN ON GPU HARDWARE, which takes the
-communicator's id as well). :func:`engine` hands the solvers
-one engine's wrappers under neutral names (``potrs``, ``getrf``, ...), which take the same
-arguments, and refuses early, with a way out, what the installed package cannot run.
+communicator's id as well). Backend ``"jax"`` (internal, chosen for a solver axis of one device,
+never a public ``backend=`` value): JAX's own dense solvers (:mod:`jaxmg._dense`).
+:func:`engine` hands the solvers one engine's wrappers under neutral names (``potrs``,
+``getrf``, ...), which take the same arguments, and refuses early, with a way out, what the
+installed package cannot run.
+
+Every engine also says whether its ``getrs`` solves with ``A^T`` and ``A^H``
+(``solves_transposed``): cuSolverMg's takes only ``trans = N`` (as an H100 showed; its LAPACK
+twin refuses the others too), as does cuSOLVERMp's (NVIDIA's header and samples); ScaLAPACK's
+and the dense solvers' take all three.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ import types
 
 import jaxmg_cuda
 
-from . import _processes
+from . import _dense, _processes
 
 _ROUTINES = (
     "potrs",
@@ -30,8 +37,6 @@ _ROUTINES = (
     "getrs",
 )
 
-# solves_transposed: whether getrs solves with the transpose of its factor. cuSolverMg's takes
-# CUBLAS_OP_N alone (so does the LAPACK twin, to be its faithful twin); ScaLAPACK's takes all three.
 _MG = types.SimpleNamespace(
     solves_transposed=False, **{r: getattr(jaxmg_cuda, f"mg_{r}") for r in _ROUTINES}
 )
@@ -73,7 +78,9 @@ def _mp_gpu(fn: str):
 
 
 def engine(platform: str, fn: str, backend: str = "mg"):
-    """The native wrappers of ``backend`` (``"mg"`` or ``"mp"``) on ``platform``."""
+    """The wrappers of ``backend`` (``"mg"``, ``"mp"`` or ``"jax"``) on ``platform``."""
+    if backend == "jax":
+        return _dense.engine(platform)
     if backend == "mp":
         return _mp_gpu(fn) if platform == "gpu" else _MP_CPU
     if platform == "gpu" and not jaxmg_cuda.has_cuda_support():

@@ -20,6 +20,11 @@ the engine (``relayout="native"``: ScaLAPACK's p?gemr2d) or is the 2D relayout i
 
 Failure. A matrix that is not positive definite (potrs, potri), or an eigensolver that fails to
 converge (syevd), is not an exception: the status is nonzero and every floating output is NaN.
+
+Engines. The native target of step 2 is one engine's wrapper (:func:`jaxmg._native.engine`):
+cuSolverMg or its LAPACK twin (``"mg"``), the distributed engine (``"mp"``), or, on a solver
+axis of one device, JAX's own dense solvers behind the same wrappers (``"jax"``,
+:mod:`jaxmg._dense`; the tile is then the whole matrix and steps 1 and 3 move nothing).
 """
 
 from __future__ import annotations
@@ -261,13 +266,17 @@ def _hermitian_from_triangle(x, axis_name):
     s = x.shape[0]
     x = _mirror_blocks_below(x, axis_name)
     # The diagonal block is filled in place from itself: safe however XLA fuses it, since each
-    # element reads only itself or an element above the diagonal, which keeps its value.
+    # element reads only itself or an element above the diagonal, which keeps its value. A sum
+    # of masked terms (each element gets exactly one nonzero term), not one select between the
+    # block and its transpose: XLA:CPU's optimising compiler takes seconds to minutes over
+    # such a select in real dtypes (23 s for a 512-square float64 block, jax 0.10.2).
     first = jax.lax.axis_index(axis_name) * s
     block = jax.lax.dynamic_slice_in_dim(x, first, s, axis=1)
     rows = jnp.arange(s, dtype=jnp.int32)[:, None]
     cols = jnp.arange(s, dtype=jnp.int32)[None, :]
-    diagonal = jnp.real(block).astype(x.dtype)  # a Hermitian matrix has a real diagonal
-    block = jnp.where(cols > rows, block, jnp.where(cols == rows, diagonal, jnp.conj(block).T))
+    upper = jnp.where(cols > rows, block, 0)
+    diagonal = jnp.where(cols == rows, jnp.real(block).astype(x.dtype), 0)  # real: Hermitian
+    block = upper + diagonal + jnp.conj(upper).T
     return jax.lax.dynamic_update_slice_in_dim(x, block, first, axis=1)
 
 
@@ -451,12 +460,14 @@ _SYEVD_WAS = "return_eigenvectors (jaxmg 0.0.x), e.g. return_eigenvectors=False"
 
 
 def _statics(T_A, n, cyclic_1d, relayout, geometry, fn):
-    """The static arguments every local body and program takes, ``relayout`` checked."""
+    """The static arguments every local body and program takes, ``relayout`` checked (on
+    backend ``"jax"``, which relays nothing, one value: the same program for both)."""
+    relayout = _checks.relayout(relayout, fn)
     return dict(
         T_A=T_A,
         n=n,
         cyclic=bool(cyclic_1d),
-        relayout=_checks.relayout(relayout, fn),
+        relayout="native" if geometry.backend == "jax" else relayout,
         geometry=geometry,
         fn=fn,
     )
@@ -464,10 +475,14 @@ def _statics(T_A, n, cyclic_1d, relayout, geometry, fn):
 
 def _layout(T_A, n, geometry, pad, routine, fn):
     """The checked layout of a call (its ``T_A``: as asked, or chosen for ``None``); raises for
-    ``pad=False`` with a tile that would widen A's blocks."""
-    T_A = _checks.resolve_tile(
-        T_A, n, geometry.ndev, routine, geometry.platform, fn, geometry.backend, pad
-    )
+    ``pad=False`` with a tile that would widen A's blocks. Backend ``"jax"`` (one device, JAX's
+    dense solvers) takes the whole matrix as one tile whatever ``T_A`` was asked for."""
+    if geometry.backend == "jax":
+        T_A = n
+    else:
+        T_A = _checks.resolve_tile(
+            T_A, n, geometry.ndev, routine, geometry.platform, fn, geometry.backend, pad
+        )
     layout = _checks.plan(n, geometry.ndev, T_A, fn)
     _checks.unpadded(pad, layout, fn)
     return layout
@@ -484,7 +499,7 @@ def _prepare(A, T_A, mesh, spec, cyclic_1d, relayout, pad, fn, routine, backend=
             "unpadded: jaxmg 0.0.x's pre-padded shards (pad=False) are not accepted; pass the "
             "N x N matrix."
         )
-    geometry = _geometry.resolve(A, mesh, spec, backend=backend, fn=fn)
+    geometry = _geometry.resolve(A, mesh, spec, backend=backend, fn=fn, cyclic=bool(cyclic_1d))
     if geometry.backend == "mp":
         _native.load_mp(fn, geometry.platform)
     if geometry.form == "grid":
@@ -502,6 +517,30 @@ def _prepare(A, T_A, mesh, spec, cyclic_1d, relayout, pad, fn, routine, backend=
         n = _checks.square_size(A, fn)
     T_A = _layout(T_A, n, geometry, pad, routine, fn).T_A
     return _statics(T_A, n, cyclic_1d, relayout, geometry, fn), dtype
+
+
+# The public functions' differentiable calls as one program each: an eager call then dispatches
+# once (a custom_jvp function called eagerly costs about 150 us more per call, measured on one
+# CPU device at N = 64), and a status nobody asked for is not computed (on one device it takes
+# a loop of its own); under an enclosing jit they are inlined.
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
+def _potrs_call(call, logdet, status, b_shape, a, b):
+    x, value, info = _factors.potrs_and_logdet(call, logdet, a, b.reshape(call.n, -1))
+    return x.reshape(b_shape), value, (info if status else None)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _potri_call(call, status, a):
+    inverse, info = _factors.potri_differentiable(call, a)
+    return inverse, (info if status else None)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _syevd_call(call, vectors, status, a):
+    w, v, info = _factors.syevd_differentiable(call, vectors, a)
+    return w, v, (info if status else None)
 
 
 def potrs(
@@ -532,7 +571,9 @@ def potrs(
       T_A: column tile size of the block-cyclic layout, any positive int (``T_A >= N / ndev``
         needs no relayout); ``None`` (default) chooses one for the platform (see the README:
         ``N / ndev`` on CPU; on GPUs ``N / ndev`` up to 4096, else a tile of 256-4096; on a
-        process grid ``min(N / rows, N / cols)``).
+        process grid ``min(N / rows, N / cols)``). On a solver axis of one device with the
+        default ``backend``, JAX's dense solvers take ``A`` whole: ``T_A`` (and ``pad``,
+        ``relayout``) is accepted and has no effect there.
       mesh: a ``jax.sharding.Mesh``, or an ``AbstractMesh`` such as
         ``jax.sharding.get_abstract_mesh()`` under ``jax.set_mesh``; default: the mesh ``A``
         lives on, else the one of ``jax.set_mesh``.
@@ -560,8 +601,12 @@ def potrs(
         the distributed engine, one process per device over every process of the job (CPUs:
         ScaLAPACK over MPI, ``pip install 'jaxmg[mpi]'``, processes started by ``mpiexec``;
         GPUs: cuSOLVERMp over NCCL, NOT YET RUN ON GPU HARDWARE, on only with
-        ``JAXMG_GPU_MULTIPROCESS=1``; no potri). ``None`` (default): ``"mp"`` when the devices
-        are on several hosts or more than 16 GPUs, else ``"mg"``.
+        ``JAXMG_GPU_MULTIPROCESS=1``; no potri). ``None`` (default): on a mesh axis of one
+        device (unless ``cyclic_1d``), JAX's own dense solvers (cuSOLVER on GPUs, LAPACK on
+        CPUs), with the same statuses, NaN on failure, factors and derivatives: one device
+        has nothing to distribute, and they are faster there than cuSolverMg; ``"mg"`` on one
+        device forces cuSolverMg (the twin on CPUs). Otherwise ``"mp"`` when the devices are
+        on several hosts or more than 16 GPUs, else ``"mg"``.
 
     Returns:
       ``x`` with ``b``'s shape, replicated over the mesh; with ``return_logdet``,
@@ -575,7 +620,8 @@ def potrs(
     :mod:`jaxmg._factors`); the backward pass reuses the forward Cholesky factor.
 
     Runs eagerly, under ``jax.jit`` and inside ``shard_map`` programs; under ``jax.vmap`` the
-    batch is solved one matrix after another. Never gathers ``A`` on one device.
+    batch is solved one matrix after another (on one device with the default ``backend``,
+    JAX's batched solvers take it at once). Never gathers ``A`` on one device.
     """
     fn = "jaxmg.potrs"
     _checks.keyword_only(fn, positional, _POTRS_WAS)
@@ -588,8 +634,8 @@ def potrs(
     A = _placed(A, geometry.mesh, geometry.spec)
     b = _placed(b, geometry.mesh, P())
     call = _factors._Call(**statics)
-    x, logdet, status = _factors.potrs_and_logdet(call, bool(return_logdet), A, b.reshape(n, -1))
-    out = (x.reshape(b_shape),)
+    x, logdet, status = _potrs_call(call, bool(return_logdet), bool(return_status), b_shape, A, b)
+    out = (x,)
     out += (logdet,) if return_logdet else ()
     out += (status,) if return_status else ()
     return out if len(out) > 1 else out[0]
@@ -633,7 +679,7 @@ def potri(
     statics, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "potri", backend)
     geometry = statics["geometry"]
     call = _factors._Call(**statics)
-    inv, status = _factors.potri_differentiable(call, _placed(A, geometry.mesh, geometry.spec))
+    inv, status = _potri_call(call, bool(return_status), _placed(A, geometry.mesh, geometry.spec))
     return (inv, status) if return_status else inv
 
 
@@ -657,9 +703,9 @@ def syevd(
         columns ``P(None, ax)`` or by rows ``P(ax, None)``; only one triangle is read (lower for
         column sharding, upper for row sharding).
       T_A, mesh, in_specs, cyclic_1d, pad, relayout, backend: as for :func:`potrs`. On GPUs
-        cuSolverMg's
-        syevd accepts tiles up to 1024 columns: a wider ``T_A`` is lowered to 1024 with a
-        ``UserWarning`` (``T_A=None`` chooses at most 1024 there).
+        cuSolverMg's syevd accepts tiles up to 1024 columns: a wider ``T_A`` is lowered to 1024
+        with a ``UserWarning`` (``T_A=None`` chooses at most 1024 there); not on one device
+        with the default ``backend``, where JAX's eigensolver takes ``A`` whole.
       return_eigenvectors: also compute the eigenvectors.
       return_status: also return the status.
 
@@ -668,7 +714,8 @@ def syevd(
       replicated; with ``return_eigenvectors``, ``(w, V)`` where the columns of ``V`` (``[N,
       N]``, sharded like ``A``) are the eigenvectors; with ``return_status`` the status (an
       int32 scalar) comes last: 0 on success, ``k > 0`` if the solver did not converge
-      (outputs are then NaN).
+      (outputs are then NaN; ``N + 1`` from JAX's eigensolver on one device, which gives no
+      LAPACK ``info``).
 
     Memory: with ``A`` donated (``jax.jit(..., donate_argnums=...)``), ``V`` takes over ``A``'s
     buffer. Column-sharded ``A``: ``V`` goes back transposed (one more block); row-sharded: one
@@ -681,9 +728,8 @@ def syevd(
     geometry = statics["geometry"]
     call = _factors._Call(**statics)
     vectors = bool(return_eigenvectors)
-    w, v, status = _factors.syevd_differentiable(
-        call, vectors, _placed(A, geometry.mesh, geometry.spec)
-    )
+    a = _placed(A, geometry.mesh, geometry.spec)
+    w, v, status = _syevd_call(call, vectors, bool(return_status), a)
     out = (w, v) if vectors else (w,)
     out += (status,) if return_status else ()
     return out if len(out) > 1 else out[0]
@@ -731,7 +777,9 @@ def _local_statics(
             return width * ndev == n
         return _checks.plan(n, ndev, T_A, fn).local_width == width
 
-    geometry = _geometry.from_abstract_mesh(axis_name, sharded_by, fits, backend, fn)
+    geometry = _geometry.from_abstract_mesh(
+        axis_name, sharded_by, fits, backend, fn, cyclic=bool(cyclic_1d)
+    )
     if geometry.backend == "mp":
         _native.load_mp(fn, geometry.platform)
     layout = _layout(T_A, n, geometry, pad, routine, fn)

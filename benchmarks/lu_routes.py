@@ -18,7 +18,7 @@ import argparse
 import json
 import pathlib
 
-from _common import timed
+from _common import program_memory, timed
 
 
 def parse(argv=None):
@@ -34,16 +34,8 @@ def parse(argv=None):
 
 
 def memory_mib(fn, *args):
-    m = fn.lower(*args).compile().memory_analysis()
-    if m is None:
-        return None
-    used = (
-        m.argument_size_in_bytes
-        + m.output_size_in_bytes
-        + m.temp_size_in_bytes
-        - m.alias_size_in_bytes
-    )
-    return used / 2**20
+    """The compiled program's memory per device (XLA's analysis), MiB."""
+    return program_memory(fn.lower(*args).compile()).get("program_bytes", float("nan")) / 2**20
 
 
 def main(argv=None):

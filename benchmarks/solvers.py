@@ -46,7 +46,7 @@ import pathlib
 import statistics
 import sys
 
-from _common import progress, timed, timed_pair
+from _common import program_memory, progress, timed, timed_pair
 
 ROUTINES = ("potrs", "potri", "syevd", "syevd_values", "lu_solve", "cho_solve")
 BACKENDS = ("default", "mg")  # jaxmg's backend=None, and backend="mg"
@@ -173,21 +173,9 @@ def memory(fn, args, devices, prefix=""):
     if devices[0].platform == "gpu" and not prefix:
         stats = [d.memory_stats() or {} for d in devices]
         out["peak_bytes_per_device"] = max(s.get("peak_bytes_in_use", 0) for s in stats)
-    analysis = fn.lower(*args).compile().memory_analysis()
-    if analysis is not None:
-        parts = {
-            "argument_bytes": analysis.argument_size_in_bytes,
-            "output_bytes": analysis.output_size_in_bytes,
-            "alias_bytes": analysis.alias_size_in_bytes,
-            "temp_bytes": analysis.temp_size_in_bytes,
-        }
-        parts["program_bytes"] = (
-            parts["argument_bytes"]
-            + parts["output_bytes"]
-            - parts["alias_bytes"]
-            + parts["temp_bytes"]
-        )
-        out.update({prefix + k: v for k, v in parts.items()})
+    parts = program_memory(fn.lower(*args).compile())
+    parts.pop("peak_bytes", None)
+    out.update({prefix + k: v for k, v in parts.items()})
     return out
 
 

@@ -21,6 +21,15 @@ gradient, and the gradient with respect to ``A`` is Hermitian. The log-determina
 ``syevd`` differentiate through their own results (``dY = -Y dA Y``; the eigenvector rule of
 ``jnp.linalg.eigh``, for distinct eigenvalues). A failed factorisation gives NaN values and NaN
 derivatives, never an exception.
+
+Eager derivatives. The ``custom_jvp`` functions below are called only inside jitted programs
+(:mod:`jaxmg._solvers`' ``_potrs_call``, ``_potri_call``, ``_syevd_call``; ``_cho_solve_call``,
+``_cho_logdet_call``, ``_lu_solve_call`` here), so that ``jax.grad``, ``jvp`` and ``vjp`` called
+eagerly differentiate a program's jaxpr: the rules, and the zero tangents JAX makes for a
+factor's arguments, are traced, and the devices come from the program's arguments. Run eagerly
+instead, JAX would make those zeros, and the rules their reshards, as arrays of their own on
+the abstract mesh of their type, which outside ``jax.set_mesh`` has no devices (on a mesh with
+Explicit axes every derivative of a factor's solve failed so).
 """
 
 from __future__ import annotations
@@ -366,6 +375,10 @@ class _Algebra:
         self.explicit = _solvers._explicit(g.mesh, g.spec)
         self.matrix = NamedSharding(g.mesh, g.spec)
         self.replicated = NamedSharding(g.mesh, P())
+        # The matvecs' [N, k] results, with a spec of their rank: under jax.vmap (jacfwd,
+        # jacrev) JAX inserts the batch axis into a product's out_sharding at the batch
+        # dimension's index, which P() has not (an AssertionError in jax 0.10-0.12).
+        self.vectors = NamedSharding(g.mesh, P(None, None))
 
     def matmul(self, x, y, sharding):
         if self.explicit:
@@ -392,15 +405,15 @@ class _Algebra:
 
     # matvecs: ``A``-shaped ``a``, replicated ``v`` (``[N, k]``), replicated results
     def general(self, a, v):
-        return self.matmul(a, v, self.replicated)
+        return self.matmul(a, v, self.vectors)
 
     def adjoint(self, a, v):
         """``A^H v`` without transposing ``A``: ``conj(v^H A)^T``."""
-        return jnp.conj(self.matmul(jnp.conj(v).T, a, self.replicated)).T
+        return jnp.conj(self.matmul(jnp.conj(v).T, a, self.vectors)).T
 
     def transposed(self, a, v):
         """``A^T v`` without transposing ``A``: ``(v^T A)^T``."""
-        return self.matmul(v.T, a, self.replicated).T
+        return self.matmul(v.T, a, self.vectors).T
 
     def hermitian(self, a, v):
         """``(A + A^H) v / 2``."""
@@ -424,11 +437,6 @@ def _cholesky_solves(call: _Call, f):
         return _cho_solve_program(call, f, r)
 
     return solve, lambda r: jnp.conj(solve(jnp.conj(r)))
-
-
-def _cholesky_x(call: _Call, f, a, b):
-    solve, transpose_solve = _cholesky_solves(call, f)
-    return _linear_solve(_Algebra(call).hermitian, a, b, solve, transpose_solve)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
@@ -522,7 +530,12 @@ def cho_solve_with(call: _Call, f, a, b):
 def _cho_solve_with_jvp(call, primals, tangents):
     f, a, b = primals
     _, da, db = tangents
-    return jax.jvp(functools.partial(_cholesky_x, call, f), (a, b), (da, db))
+    # As potrs's rule: the solution is a constant of the rule and its derivative a solve with
+    # the factor, linear in (dA, db). Not the derivative of a linear solve in A: transposing
+    # that solve's matvec through A's tangent adds cotangents of two shardings on Explicit
+    # axes, which JAX refuses.
+    x = _cho_solve_program(call, f, jax.lax.stop_gradient(b))
+    return jax.jvp(functools.partial(_cholesky_solution, call, f, x), (a, b), (da, db))
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
@@ -610,6 +623,26 @@ def _syevd_jvp(call, vectors, primals, tangents):
     return (w, v, status), (dw, dv, _float0(status))
 
 
+# The differentiable calls of the factor objects, one jitted program each, as
+# :mod:`jaxmg._solvers`' ``_potrs_call``: never call a custom_jvp function above outside one
+# (module docstring).
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _cho_solve_call(call: _Call, shape, f, a, b):
+    return cho_solve_with(call, f, a, b.reshape(call.n, -1)).reshape(shape)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _cho_logdet_call(call: _Call, f, a):
+    return cho_logdet_with(call, f, a)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _lu_solve_call(call: _Call, trans: str, shape, lu, pivots, a, b):
+    return lu_solve_with(call, trans, lu, pivots, a, b.reshape(call.n, -1)).reshape(shape)
+
+
 # --- factor objects -------------------------------------------------------------------------
 
 
@@ -645,7 +678,7 @@ class CholeskyFactor:
     @property
     def logdet(self):
         """``log det A`` (real; NaN when the factorisation failed), differentiable in ``A``."""
-        return cho_logdet_with(self._call, self.factor, self.matrix)
+        return _cho_logdet_call(self._call, self.factor, self.matrix)
 
     @property
     def shape(self):
@@ -770,7 +803,7 @@ def cho_solve(factor, b, *positional, return_status=False):
         )
     shape = _solve_shape(factor, b, fn)
     call = factor._call
-    x = cho_solve_with(call, factor.factor, factor.matrix, b.reshape(call.n, -1)).reshape(shape)
+    x = _cho_solve_call(call, shape, factor.factor, factor.matrix, b)
     return (x, factor.status) if return_status else x
 
 
@@ -864,7 +897,5 @@ def lu_solve(
         )
     shape = _solve_shape(factor, b, fn)
     call = factor._call
-    x = lu_solve_with(
-        call, _TRANS[trans], factor.factor, factor.pivots, factor.matrix, b.reshape(call.n, -1)
-    ).reshape(shape)
+    x = _lu_solve_call(call, _TRANS[trans], shape, factor.factor, factor.pivots, factor.matrix, b)
     return (x, factor.status) if return_status else x

@@ -13,6 +13,7 @@ import math
 from typing import Literal
 
 import jax
+import jax.extend.core
 import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -146,13 +147,26 @@ def is_tracer(x) -> bool:
     return isinstance(x, jax.core.Tracer)
 
 
+def concrete_value(x):
+    """The concrete array behind ``x``: ``x`` itself, or, for a value being differentiated
+    eagerly (``jax.grad``, ``jvp``, ``vjp`` outside ``jit``), the array it stands for; ``None``
+    under ``jit``, where there is none."""
+    if not is_tracer(x):
+        return x
+    try:
+        return jax.extend.core.concrete_or_error(None, x)
+    except jax.errors.ConcretizationTypeError:
+        return None
+
+
 def _carried_sharding(a):
-    """The NamedSharding ``a`` carries: a concrete array's, or the one in a tracer's type.
+    """The NamedSharding ``a`` carries: a concrete array's (also behind an eager derivative's
+    tracer: its concrete mesh, and its spec on Auto axes too), or the one in a tracer's type.
 
     Under ``jit`` a tracer's type names the abstract mesh of its argument (with the spec on
     Explicit axes; on Auto axes the spec is all None). ``None`` when ``a`` carries no mesh.
     """
-    sharding = getattr(a, "sharding", None) if not is_tracer(a) else None
+    sharding = getattr(concrete_value(a), "sharding", None)
     if isinstance(sharding, NamedSharding):
         return sharding
     try:
@@ -362,11 +376,20 @@ def resolve(
     elif carried is not None and any(entry is not None for entry in carried.spec):
         axis, form, row_axis = _axis_and_form(carried.spec, f"the sharding of {argname}")
     else:
+        if carried is None:
+            found = "it is not a sharded jax.Array"
+        elif isinstance(carried.mesh, jax.sharding.AbstractMesh) and any(
+            t == jax.sharding.AxisType.Auto for t in carried.mesh.axis_types
+        ):
+            found = (
+                "inside jit its sharding over the mesh's Auto axes is not visible (only "
+                "Explicit axes are part of an array's type)"
+            )
+        else:
+            found = "it is replicated"
         raise ValueError(
-            f"cannot find how to shard {argname}: it is "
-            + ("replicated" if carried is not None else "not a sharded jax.Array")
-            + " (inside jit on a mesh with Auto axes the sharding is not visible). Pass "
-            f"in_specs= (and mesh=, unless jax.set_mesh is in effect), with {_ACCEPTED}."
+            f"cannot find how to shard {argname}: {found}. Pass in_specs= (and mesh=, unless "
+            f"jax.set_mesh is in effect), with {_ACCEPTED}."
         )
     for name in (axis, row_axis) if form == "grid" else (axis,):
         if name not in mesh.axis_names:

@@ -366,6 +366,11 @@ def _placed(x, mesh, spec):
     (``reshard`` refuses Auto axes). Not ``device_put`` on Explicit axes: under ``jax.vmap`` it
     puts the batch dimension last in the sharding (P(None, 'x') becomes P(None, 'x', None)),
     which jax 0.12's ``shard_map`` no longer repairs.
+
+    A traced value is not always under ``jit``: an eager derivative's operands are traced and
+    every operation on them runs at once. On an abstract mesh (``jax.set_mesh``'s, when ``A``
+    carries none) ``reshard`` then takes the devices of ``jax.set_mesh``, and the sharding
+    constraint, which cannot, runs as a program of its own (:func:`_constrained`).
     """
     sharding = NamedSharding(mesh, spec)
     if not _geometry.is_tracer(x) and isinstance(mesh, jax.sharding.Mesh):
@@ -374,6 +379,16 @@ def _placed(x, mesh, spec):
         return jax.device_put(x, sharding)
     if _explicit(mesh, spec):
         return jax.sharding.reshard(x, sharding)
+    if isinstance(mesh, jax.sharding.AbstractMesh):
+        return _constrained(x, sharding)
+    return jax.lax.with_sharding_constraint(x, sharding)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _constrained(x, sharding):
+    """``x`` under a sharding constraint to an abstract mesh, as a jitted program: run eagerly,
+    it is lowered on ``jax.set_mesh``'s devices (the constraint alone, run eagerly, refuses an
+    array that is not already on the mesh); under ``jit`` it is inlined."""
     return jax.lax.with_sharding_constraint(x, sharding)
 
 
@@ -522,7 +537,9 @@ def _prepare(A, T_A, mesh, spec, cyclic_1d, relayout, pad, fn, routine, backend=
 # The public functions' differentiable calls as one program each: an eager call then dispatches
 # once (a custom_jvp function called eagerly costs about 150 us more per call, measured on one
 # CPU device at N = 64), and a status nobody asked for is not computed (on one device it takes
-# a loop of its own); under an enclosing jit they are inlined.
+# a loop of its own); under an enclosing jit they are inlined. And an eager derivative
+# differentiates the program's jaxpr, so the derivative rules always run traced (module
+# docstring of jaxmg._factors).
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))

@@ -224,6 +224,11 @@ def _getrf_program(call: _Call, a):
     return call.shard_map(body, (spec,), (_rows_spec(call), pivots, P()))(a)
 
 
+# donate=True (eager calls, jaxmg._solvers._donating): the factor takes over A's buffer.
+_potrf_donated = jax.jit(_potrf_program.__wrapped__, static_argnums=0, donate_argnums=1)
+_getrf_donated = jax.jit(_getrf_program.__wrapped__, static_argnums=0, donate_argnums=1)
+
+
 def _factors_transpose(call: _Call) -> bool:
     """Whether an LU factor of ``A`` sharded by rows is the factor of ``A^T``.
 
@@ -348,6 +353,18 @@ def _lu_solve_program(call: _Call, trans: str, lu, pivots, b):
 
 
 # --- derivatives: the pieces --------------------------------------------------------------
+
+
+def _held(a):
+    """A factor's ``A`` for a derivative rule; a factor made with ``donate=True`` holds none."""
+    if a is None:
+        raise ValueError(
+            "jaxmg: this factor was made with donate=True, which gave A's buffer to the factor: "
+            "its solves and logdet have no derivatives (they need A). Factor without donate= "
+            "to differentiate, or donate A with jax.jit(..., donate_argnums=...) around the "
+            "whole computation, derivatives included (XLA then keeps A as long as they need it)."
+        )
+    return a
 
 
 def _float0(x):
@@ -522,6 +539,7 @@ def cho_solve_with(call: _Call, f, a, b):
 def _cho_solve_with_jvp(call, primals, tangents):
     f, a, b = primals
     _, da, db = tangents
+    a = _held(a)
     return jax.jvp(functools.partial(_cholesky_x, call, f), (a, b), (da, db))
 
 
@@ -535,6 +553,7 @@ def cho_logdet_with(call: _Call, f, a):
 def _cho_logdet_with_jvp(call, primals, tangents):
     f, a = primals
     _, da = tangents
+    a = _held(a)
     return _cho_logdet_program(call, f), _logdet_tangent(call, f, a, da)
 
 
@@ -548,6 +567,7 @@ def lu_solve_with(call: _Call, trans: str, lu, pivots, a, b):
 def _lu_solve_with_jvp(call, trans, primals, tangents):
     lu, pivots, a, b = primals
     da, db = tangents[2], tangents[3]
+    a = _held(a)
     transposed = {"N": "T", "T": "N", "C": "N"}[trans]
 
     def solve(r):
@@ -718,6 +738,7 @@ def cho_factor(
     pad=True,
     relayout="native",
     backend=None,
+    donate=False,
 ):
     """Cholesky-factor a Hermitian positive definite ``A`` sharded over devices, for reuse.
 
@@ -738,14 +759,18 @@ def cho_factor(
         A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "potrs", backend
     )
     call = _call(statics)
-    A = _solvers._placed(A, call.geometry.mesh, call.geometry.spec)
-    f, status = _potrf_program(call, jax.lax.stop_gradient(A))
-    return CholeskyFactor(f, A, _status(status), call)
+    a = _solvers._placed(A, call.geometry.mesh, call.geometry.spec)
+    if _solvers._donating(donate, fn, A):
+        f, status = _potrf_donated(call, a)
+        _solvers._consume(A, a)
+        return CholeskyFactor(f, None, _status(status), call)
+    f, status = _potrf_program(call, jax.lax.stop_gradient(a))
+    return CholeskyFactor(f, a, _status(status), call)
 
 
 def _solve_shape(factor, b, fn):
     call = factor._call
-    return _checks.rhs_shape(b, call.n, factor.matrix.dtype, fn)
+    return _checks.rhs_shape(b, call.n, factor.factor.dtype, fn)
 
 
 def cho_solve(factor, b, *positional, return_status=False):
@@ -784,6 +809,7 @@ def lu_factor(
     pad=True,
     relayout="native",
     backend=None,
+    donate=False,
 ):
     """LU-factor (partial pivoting) a general square ``A`` sharded over devices, for reuse.
 
@@ -806,9 +832,13 @@ def lu_factor(
         A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "getrf", backend
     )
     call = _call(statics)
-    A = _solvers._placed(A, call.geometry.mesh, call.geometry.spec)
-    lu, pivots, status = _getrf_program(call, jax.lax.stop_gradient(A))
-    return LUFactor(lu, pivots, A, _status(status), call)
+    a = _solvers._placed(A, call.geometry.mesh, call.geometry.spec)
+    if _solvers._donating(donate, fn, A):
+        lu, pivots, status = _getrf_donated(call, a)
+        _solvers._consume(A, a)
+        return LUFactor(lu, pivots, None, _status(status), call)
+    lu, pivots, status = _getrf_program(call, jax.lax.stop_gradient(a))
+    return LUFactor(lu, pivots, a, _status(status), call)
 
 
 _TRANS = {0: "N", 1: "T", 2: "C", "N": "N", "T": "T", "C": "C"}
@@ -827,6 +857,7 @@ def lu_solve(
     pad=True,
     relayout="native",
     backend=None,
+    donate=False,
 ):
     """Solve ``A x = b`` for a general square ``A`` sharded over devices (LU, partial pivoting).
 
@@ -856,11 +887,24 @@ def lu_solve(
     if trans not in _TRANS:
         raise ValueError(f"{fn}: trans must be 0, 1, 2, 'N', 'T' or 'C', got {trans!r}.")
     if isinstance(A, LUFactor):
+        if _solvers._donating(donate, fn):
+            raise ValueError(
+                f"{fn}: donate=True gives A's buffer to its factor, and this A is an LUFactor "
+                "already: donate the matrix in lu_factor(A, donate=True) instead."
+            )
         factor = A
     else:
         spec_a = _checks.in_specs(in_specs, fn, ("A", "b"))[0]
         factor = lu_factor(
-            A, T_A, mesh, spec_a, cyclic_1d=cyclic_1d, pad=pad, relayout=relayout, backend=backend
+            A,
+            T_A,
+            mesh,
+            spec_a,
+            cyclic_1d=cyclic_1d,
+            pad=pad,
+            relayout=relayout,
+            backend=backend,
+            donate=donate,
         )
     shape = _solve_shape(factor, b, fn)
     call = factor._call

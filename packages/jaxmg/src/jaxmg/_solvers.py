@@ -543,6 +543,39 @@ def _syevd_call(call, vectors, status, a):
     return w, v, (info if status else None)
 
 
+# donate=True (eager calls of concrete arrays): the same programs with A (and b) donated, so
+# that the native call's operand aliasing reaches A's own buffer. XLA reuses a donated buffer
+# only for an output of its shape, and potrs has none but its factor: the donating potrs returns
+# the factor too (in A's buffer), and the caller drops it. Nothing here is differentiated: a
+# traced A is never donated (_donating).
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3), donate_argnums=(4, 5))
+def _potrs_donated(call, logdet, status, b_shape, a, b):
+    x, f, info = _potrs_program(a, b.reshape(call.n, -1), with_factor=True, **call.kw)
+    value = _factors._cho_logdet_program(call, f) if logdet else None
+    return x.reshape(b_shape), value, (info[0] if status else None), f
+
+
+_potri_donated = jax.jit(_potri_call.__wrapped__, static_argnums=(0, 1), donate_argnums=(2,))
+_syevd_donated = jax.jit(_syevd_call.__wrapped__, static_argnums=(0, 1, 2), donate_argnums=(3,))
+
+
+def _donating(donate, fn, *arrays) -> bool:
+    """Whether this call donates its arrays: ``donate=True`` and every one of them concrete
+    (a traced value is no buffer: under ``jit`` donate with ``donate_argnums``)."""
+    if not isinstance(donate, bool):
+        raise TypeError(f"{fn}: donate must be True or False, got {donate!r}.")
+    return donate and not any(_geometry.is_tracer(x) for x in arrays)
+
+
+def _consume(given, placed):
+    """After a donating call: the caller's array, when it is not the buffer that was donated
+    (it was moved to the call's sharding first), is deleted too: ``donate=True`` gives it up."""
+    if given is not placed and isinstance(given, jax.Array) and not given.is_deleted():
+        given.delete()
+
+
 def potrs(
     A,
     b,
@@ -556,6 +589,7 @@ def potrs(
     pad=True,
     relayout="native",
     backend=None,
+    donate=False,
 ):
     """Solve ``A x = b`` for Hermitian positive definite ``A`` sharded over devices (Cholesky).
 
@@ -631,10 +665,16 @@ def potrs(
     b_shape = _checks.rhs_shape(b, n, dtype, fn)
     if spec_b is not None:
         _geometry.check_spec_axes(spec_b, geometry.mesh, "in_specs[1] (b)")
-    A = _placed(A, geometry.mesh, geometry.spec)
-    b = _placed(b, geometry.mesh, P())
+    a = _placed(A, geometry.mesh, geometry.spec)
+    b_placed = _placed(b, geometry.mesh, P())
     call = _factors._Call(**statics)
-    x, logdet, status = _potrs_call(call, bool(return_logdet), bool(return_status), b_shape, A, b)
+    flags = (call, bool(return_logdet), bool(return_status), b_shape)
+    if _donating(donate, fn, A, b):
+        x, logdet, status, _ = _potrs_donated(*flags, a, b_placed)
+        _consume(A, a)
+        _consume(b, b_placed)
+    else:
+        x, logdet, status = _potrs_call(*flags, a, b_placed)
     out = (x,)
     out += (logdet,) if return_logdet else ()
     out += (status,) if return_status else ()
@@ -652,6 +692,7 @@ def potri(
     pad=True,
     relayout="native",
     backend=None,
+    donate=False,
 ):
     """Invert a Hermitian positive definite ``A`` sharded over devices (Cholesky).
 
@@ -679,7 +720,11 @@ def potri(
     statics, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "potri", backend)
     geometry = statics["geometry"]
     call = _factors._Call(**statics)
-    inv, status = _potri_call(call, bool(return_status), _placed(A, geometry.mesh, geometry.spec))
+    a = _placed(A, geometry.mesh, geometry.spec)
+    donating = _donating(donate, fn, A)
+    inv, status = (_potri_donated if donating else _potri_call)(call, bool(return_status), a)
+    if donating:
+        _consume(A, a)
     return (inv, status) if return_status else inv
 
 
@@ -695,6 +740,7 @@ def syevd(
     pad=True,
     relayout="native",
     backend=None,
+    donate=False,
 ):
     """Eigenvalues, and optionally eigenvectors, of a Hermitian ``A`` sharded over devices.
 
@@ -729,7 +775,12 @@ def syevd(
     call = _factors._Call(**statics)
     vectors = bool(return_eigenvectors)
     a = _placed(A, geometry.mesh, geometry.spec)
-    w, v, status = _syevd_call(call, vectors, bool(return_status), a)
+    donating = _donating(donate, fn, A)
+    w, v, status = (_syevd_donated if donating else _syevd_call)(
+        call, vectors, bool(return_status), a
+    )
+    if donating:
+        _consume(A, a)
     out = (w, v) if vectors else (w,)
     out += (status,) if return_status else ()
     return out if len(out) > 1 else out[0]

@@ -644,10 +644,17 @@ class CholeskyFactor:
       factor: ``L`` with ``A = L L^H`` (of ``conj(A)`` when ``A`` is sharded by rows), in the
         layout cuSolverMg wants: every device keeps its block-cyclic tiles as ``[W, N]`` rows
         (column-major ``N x W``, ``W`` the local width plus the in-place relayout's room), one
-        ``[ndev * W, N]`` array sharded ``P(ax, None)``: one more copy of ``A``'s size. On a
-        process grid ``P(r, c)``: every process's ``[Lc, Lr]`` local array, sharded ``P(r, c)``.
+        ``[ndev * W, N]`` array sharded ``P(ax, None)``. On a process grid ``P(r, c)``: every
+        process's ``[Lc, Lr]`` local array, sharded ``P(r, c)``. Whose buffer: by default a
+        buffer of its own, one more copy of ``A``'s size (``A`` survives); made with
+        ``donate=True``, or under ``jax.jit`` with ``A`` donated and nothing reading ``A``
+        afterwards, ``A``'s own buffer (row-sharded ``A`` whose tile divides ``N / ndev``: no
+        copy at all; column-sharded: ``A``'s block is transposed first, one block more while
+        the factor is made).
       matrix: ``A`` itself, as given (a reference, not a copy): derivatives with respect to
-        ``A`` flow through it, the factor being the forward pass's.
+        ``A`` flow through it, the factor being the forward pass's. ``None`` for a factor made
+        with ``donate=True`` (``A`` is gone): its solves and ``logdet`` then have no
+        derivatives and say so.
       status: int32 scalar, 0 on success, ``k > 0`` if the leading minor of order ``k`` is not
         positive definite (the factor is then NaN, and so is everything made from it).
     """
@@ -689,11 +696,14 @@ class LUFactor:
     Holds:
       factor: ``L`` (unit lower) and ``U`` of ``A`` (of ``A^T`` for a row-sharded ``A`` given in
         the block-cyclic layout, ``cyclic_1d``), laid out as :attr:`CholeskyFactor.factor`:
-        ``[ndev * W, N]`` sharded ``P(ax, None)``.
+        ``[ndev * W, N]`` sharded ``P(ax, None)``, in its own buffer or, with ``donate=True``
+        (or ``A`` donated to your ``jax.jit``), in ``A``'s (a row-sharded ``A`` is transposed
+        first: two blocks more while it is factored).
       pivots: int32 ``[ndev * W]`` sharded ``P(ax)``: each device's entries belong to its
         local block-cyclic columns (LAPACK's 1-based ``ipiv``, as cuSolverMg distributes it).
         On a process grid, every process's ScaLAPACK ``ipiv``, sharded ``P((r, c))``.
-      matrix: ``A`` itself (a reference): derivatives with respect to ``A`` flow through it.
+      matrix: ``A`` itself (a reference): derivatives with respect to ``A`` flow through it;
+        ``None`` with ``donate=True`` (no derivatives then).
       status: int32 scalar, 0 on success, ``k > 0`` if ``U[k-1, k-1]`` is exactly zero (the
         factor is then NaN, and so is every solve with it).
     """
@@ -746,6 +756,9 @@ def cho_factor(
       A, T_A, mesh, in_specs, cyclic_1d, pad, relayout, backend: as for :func:`jaxmg.potrs`
         (``in_specs`` is ``spec_A`` or ``(spec_A,)``). Only one triangle is read: the lower one
         for column sharding, the upper one for row sharding.
+
+      donate: give ``A`` up (eager calls): the factor takes over ``A``'s buffer and ``A`` is
+        deleted; as for :func:`jaxmg.potrs` (no effect under a trace).
 
     Returns:
       A :class:`CholeskyFactor`: pass it to :func:`jaxmg.cho_solve` any number of times; its
@@ -821,6 +834,8 @@ def lu_factor(
       T_A, mesh, in_specs, cyclic_1d, pad, relayout, backend: as for :func:`jaxmg.potrs`. On
         GPUs cuSolverMg's getrf accepts tiles of at most 512 columns: a wider ``T_A`` is
         lowered to 512 with a ``UserWarning`` (``T_A=None`` chooses at most 512 there).
+      donate: give ``A`` up (eager calls): the factor takes over ``A``'s buffer and ``A`` is
+        deleted; as for :func:`jaxmg.potrs` (no effect under a trace).
 
     Returns:
       An :class:`LUFactor` for :func:`jaxmg.lu_solve`.
@@ -877,6 +892,8 @@ def lu_solve(
       return_status: also return the status: 0, or ``k > 0`` when ``U[k-1, k-1]`` is exactly
         zero (``x`` is then NaN).
       T_A, mesh, in_specs, cyclic_1d, pad, relayout, backend: as for :func:`jaxmg.potrs`.
+      donate: with a matrix ``A``, give it up (eager calls): it is factored in its own buffer
+        and deleted (not for an :class:`LUFactor`, which is factored already).
 
     Returns:
       ``x`` with ``b``'s shape, replicated; with ``return_status``, ``(x, status)``.

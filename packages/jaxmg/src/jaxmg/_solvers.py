@@ -641,6 +641,13 @@ def potrs(
         has nothing to distribute, and they are faster there than cuSolverMg; ``"mg"`` on one
         device forces cuSolverMg (the twin on CPUs). Otherwise ``"mp"`` when the devices are
         on several hosts or more than 16 GPUs, else ``"mg"``.
+      donate: give ``A`` and ``b`` up to the call (jaxmg 1.x's spelling; eager calls): the
+        Cholesky factor is computed in ``A``'s own buffer and ``x`` in ``b``'s, and both
+        arrays are deleted (an ``A`` that had to be resharded first is deleted too, its moved
+        copy being the buffer used). Under ``jax.jit`` (or any trace) it has no effect: donate
+        there with ``donate_argnums``, where XLA reuses ``A``'s buffer only for a result of its
+        shape (``potrs`` returns none: return ``cho_factor(A).factor`` with the solution to
+        work in ``A``'s buffer).
 
     Returns:
       ``x`` with ``b``'s shape, replicated over the mesh; with ``return_logdet``,
@@ -700,7 +707,7 @@ def potri(
       A: ``[N, N]`` float32, float64, complex64 or complex128, sharded over one mesh axis by
         columns ``P(None, ax)`` or by rows ``P(ax, None)``; only one triangle is read (lower for
         column sharding, upper for row sharding).
-      T_A, mesh, in_specs, cyclic_1d, pad, relayout, backend: as for :func:`potrs`
+      T_A, mesh, in_specs, cyclic_1d, pad, relayout, backend, donate: as for :func:`potrs`
         (``in_specs`` is ``spec_A`` or ``(spec_A,)``).
       return_status: also return the status.
 
@@ -711,8 +718,9 @@ def potri(
       positive definite (the inverse is then all NaN).
 
     Memory: the Hermitian fill trades ``N/ndev``-square blocks between pairs of devices, in
-    place. Under ``jax.jit(..., donate_argnums=...)`` with ``A`` donated, the inverse takes over
-    ``A``'s buffer (row-sharded: ``A``'s block plus two small blocks per device in all).
+    place. With ``donate=True`` (eager calls; ``A`` is deleted), or under ``jax.jit(...,
+    donate_argnums=...)`` with ``A`` donated, the inverse takes over ``A``'s buffer
+    (row-sharded: ``A``'s block plus two small blocks per device in all).
     """
     fn = "jaxmg.potri"
     _checks.keyword_only(fn, positional, _POTRI_WAS)
@@ -748,7 +756,7 @@ def syevd(
       A: ``[N, N]`` float32, float64, complex64 or complex128, sharded over one mesh axis by
         columns ``P(None, ax)`` or by rows ``P(ax, None)``; only one triangle is read (lower for
         column sharding, upper for row sharding).
-      T_A, mesh, in_specs, cyclic_1d, pad, relayout, backend: as for :func:`potrs`. On GPUs
+      T_A, mesh, in_specs, cyclic_1d, pad, relayout, backend, donate: as for :func:`potrs`. On GPUs
         cuSolverMg's syevd accepts tiles up to 1024 columns: a wider ``T_A`` is lowered to 1024
         with a ``UserWarning`` (``T_A=None`` chooses at most 1024 there); not on one device
         with the default ``backend``, where JAX's eigensolver takes ``A`` whole.
@@ -763,8 +771,9 @@ def syevd(
       (outputs are then NaN; ``N + 1`` from JAX's eigensolver on one device, which gives no
       LAPACK ``info``).
 
-    Memory: with ``A`` donated (``jax.jit(..., donate_argnums=...)``), ``V`` takes over ``A``'s
-    buffer. Column-sharded ``A``: ``V`` goes back transposed (one more block); row-sharded: one
+    Memory: with ``donate=True`` (eager calls; ``A`` is deleted) or ``A`` donated to your
+    ``jax.jit(..., donate_argnums=...)``, ``V`` takes over ``A``'s buffer. Column-sharded
+    ``A``: ``V`` goes back transposed (one more block); row-sharded: one
     ``all_to_all`` of ``V`` (two more).
     """
     fn = "jaxmg.syevd"

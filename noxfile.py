@@ -16,8 +16,9 @@
 - ``asan``: the CUDA layer on the CUDA emulator under AddressSanitizer.
 - ``bench``: the CPU benchmarks (solvers vs JAX on one device, from 4 devices and from one,
   where jaxmg's default and ``backend="mg"`` both run; derivatives vs JAX on one device; layout
-  round trip; memory per device with A kept and donated; one device per process vs one process; backend "mp" against ScaLAPACK called
-  directly); arguments after ``--`` go to ``benchmarks/solvers.py``.
+  round trip; memory per device with A kept and donated; one device per process vs one
+  process; backend "mp" against ScaLAPACK called directly); arguments after ``--`` go to
+  ``benchmarks/solvers.py``.
 - ``gpu``: on a GPU machine, offline, with its own Python (``benchmarks/gpu_validate.py``,
   which also runs without nox): build jaxmg-cuda, run the CUDA layer and the GPU tests with
   ``JAXMG_REQUIRE_GPU=1``, then the GPU benchmark table against JAX's own solvers; one results

@@ -16,8 +16,9 @@
 - ``asan``: the CUDA layer on the CUDA emulator under AddressSanitizer.
 - ``bench``: the CPU benchmarks (solvers vs JAX on one device, from 4 devices and from one,
   where jaxmg's default and ``backend="mg"`` both run; derivatives vs JAX on one device; layout
-  round trip; one device per process vs one process; backend "mp" against ScaLAPACK called
-  directly); arguments after ``--`` go to ``benchmarks/solvers.py``.
+  round trip; memory per device with A kept and donated; one device per process vs one
+  process; backend "mp" against ScaLAPACK called directly); arguments after ``--`` go to
+  ``benchmarks/solvers.py``.
 - ``gpu``: on a GPU machine, offline, with its own Python (``benchmarks/gpu_validate.py``,
   which also runs without nox): build jaxmg-cuda, run the CUDA layer and the GPU tests with
   ``JAXMG_REQUIRE_GPU=1``, then the GPU benchmark table against JAX's own solvers; one results
@@ -284,6 +285,19 @@ def bench(session):
         *("--json", str(results / "lu_routes_cpu.jsonl")),
         *("--markdown", str(results / "lu_routes_cpu.md")),
     )
+    # Memory per device of every routine's programs, A kept and donated (issue 26), against
+    # JAX on one device: 4 devices, then one (the default engine, then backend "mg").
+    memory = results / "memory_cpu.jsonl"
+    memory.unlink(missing_ok=True)
+    for devices, backend in ((4, ()), (1, ()), (1, ("--backend", "mg"))):
+        tag = f"{devices}" + ("_mg" if backend else "")
+        session.run(
+            "python",
+            "benchmarks/memory.py",
+            *("--cpu-devices", str(devices), "--n", "2048", "4096", "--tiles", "0", "128"),
+            *backend,
+            *("--json", str(memory), "--markdown", str(results / f"memory_cpu_{tag}.md")),
+        )
     session.run(
         "python",
         "benchmarks/layout_roundtrip.py",

@@ -23,7 +23,9 @@ def run(name):
     return done.stdout
 
 
-@pytest.mark.parametrize("name", ["potrs.py", "potri.py", "syevd.py", "gaussian_process.py"])
+@pytest.mark.parametrize(
+    "name", ["potrs.py", "potri.py", "syevd.py", "gaussian_process.py", "largest_potrs.py"]
+)
 def test_example_prints_true(name):
     lines = [line for line in run(name).splitlines() if line in ("True", "False")]
     assert lines and all(line == "True" for line in lines)

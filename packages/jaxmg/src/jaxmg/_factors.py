@@ -233,6 +233,11 @@ def _getrf_program(call: _Call, a):
     return call.shard_map(body, (spec,), (_rows_spec(call), pivots, P()))(a)
 
 
+# donate=True (eager calls, jaxmg._solvers._donating): the factor takes over A's buffer.
+_potrf_donated = jax.jit(_potrf_program.__wrapped__, static_argnums=0, donate_argnums=1)
+_getrf_donated = jax.jit(_getrf_program.__wrapped__, static_argnums=0, donate_argnums=1)
+
+
 def _factors_transpose(call: _Call) -> bool:
     """Whether an LU factor of ``A`` sharded by rows is the factor of ``A^T``.
 
@@ -357,6 +362,18 @@ def _lu_solve_program(call: _Call, trans: str, lu, pivots, b):
 
 
 # --- derivatives: the pieces --------------------------------------------------------------
+
+
+def _held(a):
+    """A factor's ``A`` for a derivative rule; a factor made with ``donate=True`` holds none."""
+    if a is None:
+        raise ValueError(
+            "jaxmg: this factor was made with donate=True, which gave A's buffer to the factor: "
+            "its solves and logdet have no derivatives (they need A). Factor without donate= "
+            "to differentiate, or donate A with jax.jit(..., donate_argnums=...) around the "
+            "whole computation, derivatives included (XLA then keeps A as long as they need it)."
+        )
+    return a
 
 
 def _float0(x):
@@ -530,6 +547,7 @@ def cho_solve_with(call: _Call, f, a, b):
 def _cho_solve_with_jvp(call, primals, tangents):
     f, a, b = primals
     _, da, db = tangents
+    a = _held(a)
     # As potrs's rule: the solution is a constant of the rule and its derivative a solve with
     # the factor, linear in (dA, db). Not the derivative of a linear solve in A: transposing
     # that solve's matvec through A's tangent adds cotangents of two shardings on Explicit
@@ -548,6 +566,7 @@ def cho_logdet_with(call: _Call, f, a):
 def _cho_logdet_with_jvp(call, primals, tangents):
     f, a = primals
     _, da = tangents
+    a = _held(a)
     return _cho_logdet_program(call, f), _logdet_tangent(call, f, a, da)
 
 
@@ -561,6 +580,7 @@ def lu_solve_with(call: _Call, trans: str, lu, pivots, a, b):
 def _lu_solve_with_jvp(call, trans, primals, tangents):
     lu, pivots, a, b = primals
     da, db = tangents[2], tangents[3]
+    a = _held(a)
     transposed = {"N": "T", "T": "N", "C": "N"}[trans]
 
     def solve(r):
@@ -657,10 +677,17 @@ class CholeskyFactor:
       factor: ``L`` with ``A = L L^H`` (of ``conj(A)`` when ``A`` is sharded by rows), in the
         layout cuSolverMg wants: every device keeps its block-cyclic tiles as ``[W, N]`` rows
         (column-major ``N x W``, ``W`` the local width plus the in-place relayout's room), one
-        ``[ndev * W, N]`` array sharded ``P(ax, None)``: one more copy of ``A``'s size. On a
-        process grid ``P(r, c)``: every process's ``[Lc, Lr]`` local array, sharded ``P(r, c)``.
+        ``[ndev * W, N]`` array sharded ``P(ax, None)``. On a process grid ``P(r, c)``: every
+        process's ``[Lc, Lr]`` local array, sharded ``P(r, c)``. Whose buffer: by default a
+        buffer of its own, one more copy of ``A``'s size (``A`` survives); made with
+        ``donate=True``, or under ``jax.jit`` with ``A`` donated and nothing reading ``A``
+        afterwards, ``A``'s own buffer (row-sharded ``A`` whose tile divides ``N / ndev``: no
+        copy at all; column-sharded: ``A``'s block is transposed first, one block more while
+        the factor is made).
       matrix: ``A`` itself, as given (a reference, not a copy): derivatives with respect to
-        ``A`` flow through it, the factor being the forward pass's.
+        ``A`` flow through it, the factor being the forward pass's. ``None`` for a factor made
+        with ``donate=True`` (``A`` is gone): its solves and ``logdet`` then have no
+        derivatives and say so.
       status: int32 scalar, 0 on success, ``k > 0`` if the leading minor of order ``k`` is not
         positive definite (the factor is then NaN, and so is everything made from it).
     """
@@ -702,11 +729,14 @@ class LUFactor:
     Holds:
       factor: ``L`` (unit lower) and ``U`` of ``A`` (of ``A^T`` for a row-sharded ``A`` given in
         the block-cyclic layout, ``cyclic_1d``), laid out as :attr:`CholeskyFactor.factor`:
-        ``[ndev * W, N]`` sharded ``P(ax, None)``.
+        ``[ndev * W, N]`` sharded ``P(ax, None)``, in its own buffer or, with ``donate=True``
+        (or ``A`` donated to your ``jax.jit``), in ``A``'s (a row-sharded ``A`` is transposed
+        first: two blocks more while it is factored).
       pivots: int32 ``[ndev * W]`` sharded ``P(ax)``: each device's entries belong to its
         local block-cyclic columns (LAPACK's 1-based ``ipiv``, as cuSolverMg distributes it).
         On a process grid, every process's ScaLAPACK ``ipiv``, sharded ``P((r, c))``.
-      matrix: ``A`` itself (a reference): derivatives with respect to ``A`` flow through it.
+      matrix: ``A`` itself (a reference): derivatives with respect to ``A`` flow through it;
+        ``None`` with ``donate=True`` (no derivatives then).
       status: int32 scalar, 0 on success, ``k > 0`` if ``U[k-1, k-1]`` is exactly zero (the
         factor is then NaN, and so is every solve with it).
     """
@@ -751,6 +781,7 @@ def cho_factor(
     pad=True,
     relayout="native",
     backend=None,
+    donate=False,
 ):
     """Cholesky-factor a Hermitian positive definite ``A`` sharded over devices, for reuse.
 
@@ -758,6 +789,9 @@ def cho_factor(
       A, T_A, mesh, in_specs, cyclic_1d, pad, relayout, backend: as for :func:`jaxmg.potrs`
         (``in_specs`` is ``spec_A`` or ``(spec_A,)``). Only one triangle is read: the lower one
         for column sharding, the upper one for row sharding.
+
+      donate: give ``A`` up (eager calls): the factor takes over ``A``'s buffer and ``A`` is
+        deleted; as for :func:`jaxmg.potrs` (no effect under a trace).
 
     Returns:
       A :class:`CholeskyFactor`: pass it to :func:`jaxmg.cho_solve` any number of times; its
@@ -771,14 +805,18 @@ def cho_factor(
         A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "potrs", backend
     )
     call = _call(statics)
-    A = _solvers._placed(A, call.geometry.mesh, call.geometry.spec)
-    f, status = _potrf_program(call, jax.lax.stop_gradient(A))
-    return CholeskyFactor(f, A, _status(status), call)
+    a = _solvers._placed(A, call.geometry.mesh, call.geometry.spec)
+    if _solvers._donating(donate, fn, A):
+        f, status = _potrf_donated(call, a)
+        _solvers._consume(A, a)
+        return CholeskyFactor(f, None, _status(status), call)
+    f, status = _potrf_program(call, jax.lax.stop_gradient(a))
+    return CholeskyFactor(f, a, _status(status), call)
 
 
 def _solve_shape(factor, b, fn):
     call = factor._call
-    return _checks.rhs_shape(b, call.n, factor.matrix.dtype, fn)
+    return _checks.rhs_shape(b, call.n, factor.factor.dtype, fn)
 
 
 def cho_solve(factor, b, *positional, return_status=False):
@@ -817,6 +855,7 @@ def lu_factor(
     pad=True,
     relayout="native",
     backend=None,
+    donate=False,
 ):
     """LU-factor (partial pivoting) a general square ``A`` sharded over devices, for reuse.
 
@@ -828,6 +867,8 @@ def lu_factor(
       T_A, mesh, in_specs, cyclic_1d, pad, relayout, backend: as for :func:`jaxmg.potrs`. On
         GPUs cuSolverMg's getrf accepts tiles of at most 512 columns: a wider ``T_A`` is
         lowered to 512 with a ``UserWarning`` (``T_A=None`` chooses at most 512 there).
+      donate: give ``A`` up (eager calls): the factor takes over ``A``'s buffer and ``A`` is
+        deleted; as for :func:`jaxmg.potrs` (no effect under a trace).
 
     Returns:
       An :class:`LUFactor` for :func:`jaxmg.lu_solve`.
@@ -839,9 +880,13 @@ def lu_factor(
         A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "getrf", backend
     )
     call = _call(statics)
-    A = _solvers._placed(A, call.geometry.mesh, call.geometry.spec)
-    lu, pivots, status = _getrf_program(call, jax.lax.stop_gradient(A))
-    return LUFactor(lu, pivots, A, _status(status), call)
+    a = _solvers._placed(A, call.geometry.mesh, call.geometry.spec)
+    if _solvers._donating(donate, fn, A):
+        lu, pivots, status = _getrf_donated(call, a)
+        _solvers._consume(A, a)
+        return LUFactor(lu, pivots, None, _status(status), call)
+    lu, pivots, status = _getrf_program(call, jax.lax.stop_gradient(a))
+    return LUFactor(lu, pivots, a, _status(status), call)
 
 
 _TRANS = {0: "N", 1: "T", 2: "C", "N": "N", "T": "T", "C": "C"}
@@ -860,6 +905,7 @@ def lu_solve(
     pad=True,
     relayout="native",
     backend=None,
+    donate=False,
 ):
     """Solve ``A x = b`` for a general square ``A`` sharded over devices (LU, partial pivoting).
 
@@ -879,6 +925,8 @@ def lu_solve(
       return_status: also return the status: 0, or ``k > 0`` when ``U[k-1, k-1]`` is exactly
         zero (``x`` is then NaN).
       T_A, mesh, in_specs, cyclic_1d, pad, relayout, backend: as for :func:`jaxmg.potrs`.
+      donate: with a matrix ``A``, give it up (eager calls): it is factored in its own buffer
+        and deleted (not for an :class:`LUFactor`, which is factored already).
 
     Returns:
       ``x`` with ``b``'s shape, replicated; with ``return_status``, ``(x, status)``.
@@ -889,11 +937,24 @@ def lu_solve(
     if trans not in _TRANS:
         raise ValueError(f"{fn}: trans must be 0, 1, 2, 'N', 'T' or 'C', got {trans!r}.")
     if isinstance(A, LUFactor):
+        if _solvers._donating(donate, fn):
+            raise ValueError(
+                f"{fn}: donate=True gives A's buffer to its factor, and this A is an LUFactor "
+                "already: donate the matrix in lu_factor(A, donate=True) instead."
+            )
         factor = A
     else:
         spec_a = _checks.in_specs(in_specs, fn, ("A", "b"))[0]
         factor = lu_factor(
-            A, T_A, mesh, spec_a, cyclic_1d=cyclic_1d, pad=pad, relayout=relayout, backend=backend
+            A,
+            T_A,
+            mesh,
+            spec_a,
+            cyclic_1d=cyclic_1d,
+            pad=pad,
+            relayout=relayout,
+            backend=backend,
+            donate=donate,
         )
     shape = _solve_shape(factor, b, fn)
     call = factor._call

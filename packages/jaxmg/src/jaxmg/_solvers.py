@@ -560,6 +560,39 @@ def _syevd_call(call, vectors, status, a):
     return w, v, (info if status else None)
 
 
+# donate=True (eager calls of concrete arrays): the same programs with A (and b) donated, so
+# that the native call's operand aliasing reaches A's own buffer. XLA reuses a donated buffer
+# only for an output of its shape, and potrs has none but its factor: the donating potrs returns
+# the factor too (in A's buffer), and the caller drops it. Nothing here is differentiated: a
+# traced A is never donated (_donating).
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3), donate_argnums=(4, 5))
+def _potrs_donated(call, logdet, status, b_shape, a, b):
+    x, f, info = _potrs_program(a, b.reshape(call.n, -1), with_factor=True, **call.kw)
+    value = _factors._cho_logdet_program(call, f) if logdet else None
+    return x.reshape(b_shape), value, (info[0] if status else None), f
+
+
+_potri_donated = jax.jit(_potri_call.__wrapped__, static_argnums=(0, 1), donate_argnums=(2,))
+_syevd_donated = jax.jit(_syevd_call.__wrapped__, static_argnums=(0, 1, 2), donate_argnums=(3,))
+
+
+def _donating(donate, fn, *arrays) -> bool:
+    """Whether this call donates its arrays: ``donate=True`` and every one of them concrete
+    (a traced value is no buffer: under ``jit`` donate with ``donate_argnums``)."""
+    if not isinstance(donate, bool):
+        raise TypeError(f"{fn}: donate must be True or False, got {donate!r}.")
+    return donate and not any(_geometry.is_tracer(x) for x in arrays)
+
+
+def _consume(given, placed):
+    """After a donating call: the caller's array, when it is not the buffer that was donated
+    (it was moved to the call's sharding first), is deleted too: ``donate=True`` gives it up."""
+    if given is not placed and isinstance(given, jax.Array) and not given.is_deleted():
+        given.delete()
+
+
 def potrs(
     A,
     b,
@@ -573,6 +606,7 @@ def potrs(
     pad=True,
     relayout="native",
     backend=None,
+    donate=False,
 ):
     """Solve ``A x = b`` for Hermitian positive definite ``A`` sharded over devices (Cholesky).
 
@@ -624,6 +658,13 @@ def potrs(
         has nothing to distribute, and they are faster there than cuSolverMg; ``"mg"`` on one
         device forces cuSolverMg (the twin on CPUs). Otherwise ``"mp"`` when the devices are
         on several hosts or more than 16 GPUs, else ``"mg"``.
+      donate: give ``A`` and ``b`` up to the call (jaxmg 1.x's spelling; eager calls): the
+        Cholesky factor is computed in ``A``'s own buffer and ``x`` in ``b``'s, and both
+        arrays are deleted (an ``A`` that had to be resharded first is deleted too, its moved
+        copy being the buffer used). Under ``jax.jit`` (or any trace) it has no effect: donate
+        there with ``donate_argnums``, where XLA reuses ``A``'s buffer only for a result of its
+        shape (``potrs`` returns none: return ``cho_factor(A).factor`` with the solution to
+        work in ``A``'s buffer).
 
     Returns:
       ``x`` with ``b``'s shape, replicated over the mesh; with ``return_logdet``,
@@ -648,10 +689,16 @@ def potrs(
     b_shape = _checks.rhs_shape(b, n, dtype, fn)
     if spec_b is not None:
         _geometry.check_spec_axes(spec_b, geometry.mesh, "in_specs[1] (b)")
-    A = _placed(A, geometry.mesh, geometry.spec)
-    b = _placed(b, geometry.mesh, P())
+    a = _placed(A, geometry.mesh, geometry.spec)
+    b_placed = _placed(b, geometry.mesh, P())
     call = _factors._Call(**statics)
-    x, logdet, status = _potrs_call(call, bool(return_logdet), bool(return_status), b_shape, A, b)
+    flags = (call, bool(return_logdet), bool(return_status), b_shape)
+    if _donating(donate, fn, A, b):
+        x, logdet, status, _ = _potrs_donated(*flags, a, b_placed)
+        _consume(A, a)
+        _consume(b, b_placed)
+    else:
+        x, logdet, status = _potrs_call(*flags, a, b_placed)
     out = (x,)
     out += (logdet,) if return_logdet else ()
     out += (status,) if return_status else ()
@@ -669,6 +716,7 @@ def potri(
     pad=True,
     relayout="native",
     backend=None,
+    donate=False,
 ):
     """Invert a Hermitian positive definite ``A`` sharded over devices (Cholesky).
 
@@ -676,7 +724,7 @@ def potri(
       A: ``[N, N]`` float32, float64, complex64 or complex128, sharded over one mesh axis by
         columns ``P(None, ax)`` or by rows ``P(ax, None)``; only one triangle is read (lower for
         column sharding, upper for row sharding).
-      T_A, mesh, in_specs, cyclic_1d, pad, relayout, backend: as for :func:`potrs`
+      T_A, mesh, in_specs, cyclic_1d, pad, relayout, backend, donate: as for :func:`potrs`
         (``in_specs`` is ``spec_A`` or ``(spec_A,)``).
       return_status: also return the status.
 
@@ -687,8 +735,9 @@ def potri(
       positive definite (the inverse is then all NaN).
 
     Memory: the Hermitian fill trades ``N/ndev``-square blocks between pairs of devices, in
-    place. Under ``jax.jit(..., donate_argnums=...)`` with ``A`` donated, the inverse takes over
-    ``A``'s buffer (row-sharded: ``A``'s block plus two small blocks per device in all).
+    place. With ``donate=True`` (eager calls; ``A`` is deleted), or under ``jax.jit(...,
+    donate_argnums=...)`` with ``A`` donated, the inverse takes over ``A``'s buffer
+    (row-sharded: ``A``'s block plus two small blocks per device in all).
     """
     fn = "jaxmg.potri"
     _checks.keyword_only(fn, positional, _POTRI_WAS)
@@ -696,7 +745,11 @@ def potri(
     statics, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "potri", backend)
     geometry = statics["geometry"]
     call = _factors._Call(**statics)
-    inv, status = _potri_call(call, bool(return_status), _placed(A, geometry.mesh, geometry.spec))
+    a = _placed(A, geometry.mesh, geometry.spec)
+    donating = _donating(donate, fn, A)
+    inv, status = (_potri_donated if donating else _potri_call)(call, bool(return_status), a)
+    if donating:
+        _consume(A, a)
     return (inv, status) if return_status else inv
 
 
@@ -712,6 +765,7 @@ def syevd(
     pad=True,
     relayout="native",
     backend=None,
+    donate=False,
 ):
     """Eigenvalues, and optionally eigenvectors, of a Hermitian ``A`` sharded over devices.
 
@@ -719,7 +773,7 @@ def syevd(
       A: ``[N, N]`` float32, float64, complex64 or complex128, sharded over one mesh axis by
         columns ``P(None, ax)`` or by rows ``P(ax, None)``; only one triangle is read (lower for
         column sharding, upper for row sharding).
-      T_A, mesh, in_specs, cyclic_1d, pad, relayout, backend: as for :func:`potrs`. On GPUs
+      T_A, mesh, in_specs, cyclic_1d, pad, relayout, backend, donate: as for :func:`potrs`. On GPUs
         cuSolverMg's syevd accepts tiles up to 1024 columns: a wider ``T_A`` is lowered to 1024
         with a ``UserWarning`` (``T_A=None`` chooses at most 1024 there); not on one device
         with the default ``backend``, where JAX's eigensolver takes ``A`` whole.
@@ -734,8 +788,9 @@ def syevd(
       (outputs are then NaN; ``N + 1`` from JAX's eigensolver on one device, which gives no
       LAPACK ``info``).
 
-    Memory: with ``A`` donated (``jax.jit(..., donate_argnums=...)``), ``V`` takes over ``A``'s
-    buffer. Column-sharded ``A``: ``V`` goes back transposed (one more block); row-sharded: one
+    Memory: with ``donate=True`` (eager calls; ``A`` is deleted) or ``A`` donated to your
+    ``jax.jit(..., donate_argnums=...)``, ``V`` takes over ``A``'s buffer. Column-sharded
+    ``A``: ``V`` goes back transposed (one more block); row-sharded: one
     ``all_to_all`` of ``V`` (two more).
     """
     fn = "jaxmg.syevd"
@@ -746,7 +801,12 @@ def syevd(
     call = _factors._Call(**statics)
     vectors = bool(return_eigenvectors)
     a = _placed(A, geometry.mesh, geometry.spec)
-    w, v, status = _syevd_call(call, vectors, bool(return_status), a)
+    donating = _donating(donate, fn, A)
+    w, v, status = (_syevd_donated if donating else _syevd_call)(
+        call, vectors, bool(return_status), a
+    )
+    if donating:
+        _consume(A, a)
     out = (w, v) if vectors else (w,)
     out += (status,) if return_status else ()
     return out if len(out) > 1 else out[0]

@@ -281,3 +281,22 @@ def test_plot_block_to_cyclic_without_matplotlib(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
     with pytest.raises(ImportError, match="needs matplotlib|with matplotlib, which is not"):
         jaxmg.plot_block_to_cyclic(100, 7, 4)
+
+
+# --- undo_cyclic_1d_layout(a_bc, T_A) (0.0.1) ---------------------------------------------------
+
+
+@pytest.mark.parametrize(("spec", "axis"), [(COLS, 1), (ROWS, 0)])
+def test_undo_cyclic_1d_layout_reads_N_as_0_0_1_did(spec, axis):
+    """0.0.1's block_cyclic_cpu_test calls ``undo_cyclic_1d_layout(A_bc, T_A)``: N is the
+    length of the axis the relayout leaves alone."""
+    ndev = jax.device_count()
+    A = numbered(ndev * 5)
+    sharding = NamedSharding(mesh_all(), spec)
+    A_bc = jaxmg.cyclic_1d_layout(jax.device_put(A, sharding), 2)
+    np.testing.assert_array_equal(np.asarray(A_bc), reference_layout(A, 2, ndev, axis=axis))
+    back = jaxmg.undo_cyclic_1d_layout(jax.device_put(A_bc, sharding), 2)
+    np.testing.assert_array_equal(np.asarray(back), A)
+    with pytest.raises(ValueError, match="a_bc must be a matrix"):
+        jaxmg.undo_cyclic_1d_layout(jax.device_put(np.ones(ndev * 2), NamedSharding(
+            mesh_all(), P("x"))), 2)  # fmt: skip

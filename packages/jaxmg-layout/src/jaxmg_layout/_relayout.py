@@ -372,11 +372,23 @@ def cyclic_1d_layout(a, T_A: int, *, sharding: NamedSharding | None = None):
     )
 
 
-def undo_cyclic_1d_layout(a_bc, T_A: int, N: int, *, sharding: NamedSharding | None = None):
-    """Inverse of :func:`cyclic_1d_layout`: the ``N x N`` matrix in block sharding again."""
+def undo_cyclic_1d_layout(
+    a_bc, T_A: int, N: int | None = None, *, sharding: NamedSharding | None = None
+):
+    """Inverse of :func:`cyclic_1d_layout`: the ``N x N`` matrix in block sharding again.
+
+    ``N`` left out (jaxmg 0.0.1's call ``undo_cyclic_1d_layout(a_bc, T_A)``) is read from the
+    axis that is not sharded, which the relayout leaves ``N`` long.
+    """
     sharding = _sharding_of(a_bc, sharding, "undo_cyclic_1d_layout")
     axis, name = _sharded_axis(sharding, "undo_cyclic_1d_layout")
     ndev = sharding.mesh.shape[name]
+    if N is None:
+        if a_bc.ndim != 2:
+            raise ValueError(
+                f"undo_cyclic_1d_layout: a_bc must be a matrix, got shape {tuple(a_bc.shape)}."
+            )
+        N = a_bc.shape[1 - axis]
     plan = CyclicPlan.make(N, ndev, T_A)
     expected = [N, N]
     expected[axis] = ndev * plan.local_width

@@ -12,6 +12,10 @@ twin there). One process may drive every
 device, or each process one device of the node; for several nodes, ``host_mesh`` and
 ``gather_to_hosts`` gather the matrix onto every node.
 
+jaxmg 0.0.x's layout helpers (``cyclic_1d``, ``verify_cyclic``, ``manual_cyclic_1d_layout``,
+``plot_block_to_cyclic``) and ``jaxmg.utils`` (``random_psd``, ``JaxMgWarning``, the category
+of jaxmg's warnings) remain for programs and tests written for it.
+
 Importing jaxmg changes no global JAX setting.
 """
 
@@ -34,6 +38,19 @@ from jaxmg_layout import (
     undo_cyclic_1d_layout as undo_cyclic_1d_layout,
 )
 
+from . import utils as utils
+from ._compat import (
+    cyclic_1d as cyclic_1d,
+)
+from ._compat import (
+    manual_cyclic_1d_layout as manual_cyclic_1d_layout,
+)
+from ._compat import (
+    plot_block_to_cyclic as plot_block_to_cyclic,
+)
+from ._compat import (
+    verify_cyclic as verify_cyclic,
+)
 from ._factors import (
     CholeskyFactor as CholeskyFactor,
 )

@@ -9,6 +9,8 @@ from jax.sharding import PartitionSpec as P
 
 import jaxmg_layout
 
+from .utils import JaxMgWarning
+
 SUPPORTED_DTYPES = tuple(
     np.dtype(name) for name in ("float32", "float64", "complex64", "complex128")
 )
@@ -159,7 +161,7 @@ def resolve_tile(
         warnings.warn(
             f"{fn}: cuSolverMg's {routine} accepts column tiles of at most {limit}; "
             f"T_A={T_A} is lowered to {limit}.",
-            UserWarning,
+            JaxMgWarning,
             stacklevel=5,
         )
         return limit

@@ -27,6 +27,10 @@ Scenarios:
 - ``order``: one jitted program with two independent calls, the first of which reaches the
   engine a second late on the last rank (``JAXMG_TEST_MP_LATE``): the processes must agree on
   one order and both answers be right; reports how often a call stepped back.
+- ``donate``: ``donate=True`` on potrs, cho_factor, lu_factor, potri and syevd, both 1D
+  forms: the answers, ``A`` deleted; and under ``jax.jit(..., donate_argnums=0)`` the factor
+  (cho_factor, lu_factor) takes over ``A``'s buffer (XLA's ``input_output_alias``), with the
+  program's bytes per process from XLA's memory analysis.
 - ``killed``: one good call, then the last rank is killed before the next: the job must end
   (mpiexec aborts it), not hang.
 """
@@ -321,6 +325,61 @@ def order(mesh):
     report("step_backs", True, step_backs=int(jaxmg_cuda._jaxmg_cuda.mp_step_backs()))
 
 
+def donate(mesh):
+    import re
+
+    n = 8 * size
+    hpd, general, b = matrices(n, np.float64)
+    block = n * n * 8 / size  # bytes of A per process
+    for form in ("cols", "rows"):
+        sharding = NamedSharding(mesh, P(None, "x") if form == "cols" else P("x", None))
+
+        def put(m, sharding=sharding):
+            return jax.device_put(m, sharding)
+
+        A = put(hpd)
+        x = jaxmg.potrs(A, b, backend="mp", donate=True)
+        ok = A.is_deleted() and close(x, np.linalg.solve(hpd, b), np.float64)
+        report("donate_potrs", ok, form=form)
+        A = put(hpd)
+        factor = jaxmg.cho_factor(A, backend="mp", donate=True)
+        ok = A.is_deleted() and close(
+            jaxmg.cho_solve(factor, b), np.linalg.solve(hpd, b), np.float64
+        )
+        report("donate_cho_factor", ok, form=form)
+        G = put(general)
+        lu = jaxmg.lu_factor(G, backend="mp", donate=True)
+        ok = G.is_deleted() and close(
+            jaxmg.lu_solve(lu, b), np.linalg.solve(general, b), np.float64
+        )
+        report("donate_lu_factor", ok, form=form)
+        A = put(hpd)
+        inv = jaxmg.potri(A, backend="mp", donate=True)
+        report(
+            "donate_potri",
+            A.is_deleted() and close(host(inv), np.linalg.inv(hpd), np.float64),
+            form=form,
+        )
+        A = put(hpd)
+        w = jaxmg.syevd(A, backend="mp", return_eigenvectors=False, donate=True)
+        report(
+            "donate_syevd",
+            A.is_deleted() and close(w, np.linalg.eigvalsh(hpd), np.float64),
+            form=form,
+        )
+        for name, factorise in (
+            ("cho_factor", lambda a: jaxmg.cho_factor(a, backend="mp").factor),
+            ("lu_factor", lambda a: jaxmg.lu_factor(a, backend="mp").factor),
+        ):
+            compiled = jax.jit(factorise, donate_argnums=0).lower(put(hpd)).compile()
+            header = compiled.as_text().splitlines()[0]
+            aliased = re.findall(r"\{\d*\}: \(0, \{\}, (?:may|must)-alias\)", header)
+            m = compiled.memory_analysis()
+            total = m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
+            blocks = (total + m.temp_size_in_bytes) / block
+            report(f"donate_alias_{name}", bool(aliased), form=form, blocks=round(blocks, 2))
+
+
 def killed(mesh):
     n = 4 * size
     hpd, _, b = matrices(n, np.float64)
@@ -344,6 +403,7 @@ if scenario.startswith("grid:"):
         grid(grid_mesh, mesh)
 else:
     with jax.set_mesh(mesh):
-        {"solve": solve, "quick": quick, "order": order, "killed": killed}[scenario](mesh)
+        scenarios = dict(solve=solve, quick=quick, order=order, killed=killed, donate=donate)
+        scenarios[scenario](mesh)
 results.joinpath(f"{rank}.jsonl").write_text("\n".join(lines) + "\n")
 jax.distributed.shutdown()

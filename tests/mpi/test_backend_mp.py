@@ -89,6 +89,17 @@ def test_two_jobs_at_once(tmp_path):
         assert len(found) == 2 * 10 and all(c["ok"] for c in found), found
 
 
+def test_donated_a(tmp_path):
+    """``donate=True`` with ``backend="mp"`` (issue 26): right answers, ``A`` given up, and the
+    factor in ``A``'s buffer when ``A`` is donated to the user's ``jit``."""
+    code, output = finish(launch(2, "donate", tmp_path / "results"))
+    assert code == 0, output[-4000:]
+    found = checks(tmp_path / "results", 2)
+    assert len(found) == 2 * 2 * 7, found
+    failed = [c for c in found if not c["ok"]]
+    assert not failed, failed
+
+
 def test_a_killed_process_ends_the_job(tmp_path):
     """The last rank dies between two calls; mpiexec ends the job, with its message, well
     inside the deadline: the survivors, inside ScaLAPACK or jax.distributed, do not hang."""

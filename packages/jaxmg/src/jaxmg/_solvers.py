@@ -325,9 +325,13 @@ def _potri_local(a, *, T_A, n, cyclic, relayout, geometry, fn):
     return (_relayout(inv, T_A, geometry) if cyclic else inv), status
 
 
-def _syevd_local(a, *, T_A, n, cyclic, relayout, vectors, geometry, fn, v_columns=False):
+def _syevd_local(
+    a, *, T_A, n, cyclic, relayout, vectors, geometry, fn, v_columns=False, spent=False
+):
     """``v_columns``: return this device's column block ``V[:, blk]`` whatever the form of ``a``
-    (jaxmg 0.0.x's ``syevd_shardmap_ctx``); else ``V``'s block in the form of ``a``."""
+    (jaxmg 0.0.x's ``syevd_shardmap_ctx``); else ``V``'s block in the form of ``a``. ``spent``
+    (values only): also return the buffer the solver overwrote, in its native layout, so that
+    a program with ``A`` donated has an output to give ``A``'s buffer to."""
     native = _native.engine(geometry.platform, fn, geometry.backend)
     route = _route(T_A, n, geometry, cyclic, relayout)
     v_rows, w, status = native.syevd(
@@ -341,7 +345,7 @@ def _syevd_local(a, *, T_A, n, cyclic, relayout, vectors, geometry, fn, v_column
         **route.native_layout,
     )
     if not vectors:
-        return w, status
+        return (w, v_rows, status) if spent else (w, status)
     if geometry.form == "grid":
         return w, route.from_native(v_rows), status
     if geometry.form == "cols":
@@ -445,8 +449,8 @@ def _potri_program(a, *, T_A, n, cyclic, relayout, geometry, fn):
     return (_hermitian_from_lower(inv, geometry) if geometry.form == "grid" else inv), status
 
 
-@functools.partial(jax.jit, static_argnames=(*_STATIC, "vectors"))
-def _syevd_program(a, *, T_A, n, cyclic, relayout, vectors, geometry, fn):
+@functools.partial(jax.jit, static_argnames=(*_STATIC, "vectors", "spent"))
+def _syevd_program(a, *, T_A, n, cyclic, relayout, vectors, geometry, fn, spent=False):
     body = functools.partial(
         _syevd_local,
         T_A=T_A,
@@ -456,8 +460,14 @@ def _syevd_program(a, *, T_A, n, cyclic, relayout, vectors, geometry, fn):
         vectors=vectors,
         geometry=geometry,
         fn=fn,
+        spent=spent,
     )
-    out_specs = (P(), geometry.spec, P()) if vectors else (P(), P())
+    if vectors:
+        out_specs = (P(), geometry.spec, P())
+    elif spent:  # in the native layout, as a factor
+        out_specs = (P(), geometry.factor_spec, P())
+    else:
+        out_specs = (P(), P())
     return jax.shard_map(
         body, mesh=geometry.mesh, in_specs=(geometry.spec,), out_specs=out_specs, check_vma=False
     )(_placed(a, geometry.mesh, geometry.spec))
@@ -576,6 +586,14 @@ def _potrs_donated(call, logdet, status, b_shape, a, b):
 
 _potri_donated = jax.jit(_potri_call.__wrapped__, static_argnums=(0, 1), donate_argnums=(2,))
 _syevd_donated = jax.jit(_syevd_call.__wrapped__, static_argnums=(0, 1, 2), donate_argnums=(3,))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=2)
+def _syevd_values_donated(call, status, a):
+    """Eigenvalues alone with ``A`` donated: the overwritten buffer comes out too (the caller
+    drops it), the one output XLA can give ``A``'s buffer to."""
+    w, spent, info = _syevd_program(a, vectors=False, spent=True, **call.kw)
+    return w, spent, (_factors._status(info) if status else None)
 
 
 def _donating(donate, fn, *arrays) -> bool:
@@ -789,7 +807,8 @@ def syevd(
       LAPACK ``info``).
 
     Memory: with ``donate=True`` (eager calls; ``A`` is deleted) or ``A`` donated to your
-    ``jax.jit(..., donate_argnums=...)``, ``V`` takes over ``A``'s buffer. Column-sharded
+    ``jax.jit(..., donate_argnums=...)``, ``V`` takes over ``A``'s buffer (for the values
+    alone with ``donate=True``, the solver works in it). Column-sharded
     ``A``: ``V`` goes back transposed (one more block); row-sharded: one
     ``all_to_all`` of ``V`` (two more).
     """
@@ -802,9 +821,13 @@ def syevd(
     vectors = bool(return_eigenvectors)
     a = _placed(A, geometry.mesh, geometry.spec)
     donating = _donating(donate, fn, A)
-    w, v, status = (_syevd_donated if donating else _syevd_call)(
-        call, vectors, bool(return_status), a
-    )
+    if donating and not vectors:
+        w, spent, status = _syevd_values_donated(call, bool(return_status), a)
+        spent.delete()
+    else:
+        w, v, status = (_syevd_donated if donating else _syevd_call)(
+            call, vectors, bool(return_status), a
+        )
     if donating:
         _consume(A, a)
     out = (w, v) if vectors else (w,)

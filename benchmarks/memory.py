@@ -60,7 +60,8 @@ def jaxmg_programs(routine, a, b, T_A, backend):
     call = _factors._Call(**statics)
     if routine in ("potrs", "potrs_logdet"):
         flags = (call, routine == "potrs_logdet", True, b.shape)
-        return [(_solvers._potrs_call, (*flags, a, b))], [(_solvers._potrs_donated, (*flags, a, b))]
+        donated = _solvers._potrs_donated if _solvers._factor_in_a(call) else _solvers._potrs_call
+        return [(_solvers._potrs_call, (*flags, a, b))], [(donated, (*flags, a, b))]
     if routine == "cho_factor":
         return [(_factors._potrf_program, (call, a))], [(_factors._potrf_donated, (call, a))]
     if routine in ("lu_factor", "lu_solve"):

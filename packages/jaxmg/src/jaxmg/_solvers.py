@@ -596,6 +596,15 @@ def _syevd_values_donated(call, status, a):
     return w, spent, (_factors._status(info) if status else None)
 
 
+def _factor_in_a(call) -> bool:
+    """Whether potrs with ``A`` donated keeps its factor in ``A``'s buffer: not on the
+    one-device engine (backend ``"jax"``), whose status reads ``A`` again after the
+    factorisation when it failed (:func:`jaxmg._dense._cholesky`), so that XLA would copy ``A``
+    to hand its buffer to the factor: one block more than not donating. There ``A`` and ``b``
+    are given up after the call instead."""
+    return call.geometry.backend != "jax"
+
+
 def _donating(donate, fn, *arrays) -> bool:
     """Whether this call donates its arrays: ``donate=True`` and every one of them concrete
     (a traced value is no buffer: under ``jit`` donate with ``donate_argnums``)."""
@@ -712,7 +721,12 @@ def potrs(
     call = _factors._Call(**statics)
     flags = (call, bool(return_logdet), bool(return_status), b_shape)
     if _donating(donate, fn, A, b):
-        x, logdet, status, _ = _potrs_donated(*flags, a, b_placed)
+        if _factor_in_a(call):
+            x, logdet, status, _ = _potrs_donated(*flags, a, b_placed)
+        else:
+            x, logdet, status = _potrs_call(*flags, a, b_placed)
+            a.delete()
+            b_placed.delete()
         _consume(A, a)
         _consume(b, b_placed)
     else:

@@ -48,11 +48,13 @@ def test_layout_example_matches_original_readme():
         assert f" {value}" in second
 
 
-def test_readme_python_blocks_run():
-    """Every ```python block of the README runs and prints only True verdicts."""
-    readme = (EXAMPLES.parent / "README.md").read_text()
-    blocks = [part.split("```", 1)[0] for part in readme.split("```python\n")[1:]]
-    assert blocks, "the README has no python example"
+DOCUMENTS = [EXAMPLES.parent / "README.md", *sorted((EXAMPLES.parent / "docs").glob("*.md"))]
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda path: path.name)
+def test_documented_python_blocks_run(document):
+    """Every ```python block of the README and of docs/ runs and prints only True verdicts."""
+    blocks = [part.split("```", 1)[0] for part in document.read_text().split("```python\n")[1:]]
     for block in blocks:
         done = subprocess.run(
             [sys.executable, "-c", block], capture_output=True, text=True, timeout=300
@@ -60,6 +62,10 @@ def test_readme_python_blocks_run():
         assert done.returncode == 0, done.stderr
         verdicts = [line for line in done.stdout.splitlines() if line in ("True", "False")]
         assert verdicts and all(v == "True" for v in verdicts), done.stdout
+
+
+def test_the_readme_has_an_example():
+    assert "```python\n" in DOCUMENTS[0].read_text()
 
 
 def test_demo_solves_and_passes_its_residual_check():

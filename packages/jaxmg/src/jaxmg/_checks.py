@@ -138,7 +138,7 @@ def mp_tile(block: tuple[int, ...], pad) -> int:
     """The tile ``T_A=None`` stands for on backend ``"mp"``, for blocks of ``block`` rows and
     columns: the narrower extent of a block, so that a 1D or square grid needs no relayout and
     no second copy of a block (a narrower tile spreads ScaLAPACK's work better over many
-    processes, at the price of a relayout: the README's Performance section measures both);
+    processes, at the price of a relayout: docs/performance.md measures both);
     with ``pad=False`` the widest tile up to that which divides every block extent."""
     tile = min(block)
     if pad is False:

@@ -111,7 +111,7 @@ def check_one_host(processes, hosts, axis: str) -> None:
             f"mesh axis {axis!r} spans processes on several hosts; backend='mg' (cuSolverMg) "
             "solves within one node. Use backend='mp' (the distributed engine, the default "
             "across hosts), or gather A onto each host first: "
-            "jaxmg.gather_to_hosts(A, jaxmg.host_mesh()) (see the README's multi-node section)."
+            "jaxmg.gather_to_hosts(A, jaxmg.host_mesh()) (see docs/multi-node.md)."
         )
 
 

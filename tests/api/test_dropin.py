@@ -159,7 +159,7 @@ def test_shards_narrower_than_the_device_count(shard, relayout):
 
 
 def test_auto_tile_rule(once_per_suite):
-    """The rule the README states, worked by hand."""
+    """The rule docs/sharp-bits.md states, worked by hand."""
     auto = _checks.auto_tile
     assert auto(4096, 4, "potrs", "cpu") == 1024  # CPU: the whole shard, no relayout
     assert auto(400000, 4, "syevd", "cpu") == 100000

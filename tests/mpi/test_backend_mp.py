@@ -133,8 +133,8 @@ def test_native_targets_on_2d_grids(tmp_path, grid, tile, n):
 
 
 def test_multi_node_example_solves_on_four_processes():
-    """``python examples/multi_node.py``, as the README says: it starts ``mpiexec -n 4`` itself
-    and every process prints True."""
+    """``python examples/multi_node.py``, as docs/multi-node.md says: it starts ``mpiexec -n
+    4`` itself and every process prints True."""
     example = WORKER.parents[2] / "examples" / "multi_node.py"
     done = subprocess.run(
         [sys.executable, str(example), "--n", "400"],

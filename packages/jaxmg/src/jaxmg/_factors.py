@@ -46,6 +46,16 @@ from jax.sharding import PartitionSpec as P
 import jaxmg_layout
 
 from . import _checks, _geometry, _native, _solvers  # noqa: F401 (_geometry: annotations)
+from ._local import (
+    _explicit,
+    _hermitian_from_lower,
+    _hermitian_from_triangle,
+    _placed,
+    _relayout,
+    _Route,
+    _route,
+    _transpose_rows,
+)
 
 # --- the static description of one call ------------------------------------------------------
 
@@ -66,8 +76,8 @@ class _Call:
         """The keyword arguments of :mod:`jaxmg._solvers`' programs."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
-    def route(self) -> _solvers._Route:
-        return _solvers._route(self.T_A, self.n, self.geometry, self.cyclic, self.relayout)
+    def route(self) -> _Route:
+        return _route(self.T_A, self.n, self.geometry, self.cyclic, self.relayout)
 
     def native(self):
         return _native.engine(self.geometry.platform, self.fn, self.geometry.backend)
@@ -119,7 +129,7 @@ def _potrf_program(call: _Call, a):
         )
         return f, status
 
-    a = _solvers._placed(a, call.geometry.mesh, call.geometry.spec)
+    a = _placed(a, call.geometry.mesh, call.geometry.spec)
     return call.shard_map(body, (call.geometry.spec,), (_rows_spec(call), P()))(a)
 
 
@@ -134,7 +144,7 @@ def _cho_solve_program(call: _Call, f, b):
         )
         return call.conj(x.T)
 
-    b = _solvers._placed(b, call.geometry.mesh, P())
+    b = _placed(b, call.geometry.mesh, P())
     return call.shard_map(body, (_rows_spec(call), P()), P())(f, b)
 
 
@@ -150,14 +160,12 @@ def _cho_inverse_program(call: _Call, f):
         )
         if call.geometry.form == "grid":
             return route.from_native(inv_rows)
-        fill = functools.partial(_solvers._hermitian_from_triangle, axis_name=call.geometry.axis)
+        fill = functools.partial(_hermitian_from_triangle, axis_name=call.geometry.axis)
         inv = route.from_native(inv_rows, then=fill)
-        return _solvers._relayout(inv, call.T_A, call.geometry) if call.cyclic else inv
+        return _relayout(inv, call.T_A, call.geometry) if call.cyclic else inv
 
     inv = call.shard_map(body, (_rows_spec(call),), call.geometry.spec)(f)
-    return (
-        _solvers._hermitian_from_lower(inv, call.geometry) if call.geometry.form == "grid" else inv
-    )
+    return _hermitian_from_lower(inv, call.geometry) if call.geometry.form == "grid" else inv
 
 
 _NO_MOVES = np.zeros((0, 4), np.int64)
@@ -221,14 +229,14 @@ def _getrf_program(call: _Call, a):
     def body(a):
         if call.geometry.form == "rows" and not call.cyclic:
             # A's rows become A^T's, whose storage is A's columns: the factor is of A.
-            a = _solvers._transpose_rows(a, call.geometry.axis, conjugate=False)
+            a = _transpose_rows(a, call.geometry.axis, conjugate=False)
         route = call.route()
         return call.native().getrf(
             route.to_native(a), call.position(), moves=route.native_moves, **call.native_kw(route)
         )
 
     spec = call.geometry.spec
-    a = _solvers._placed(a, call.geometry.mesh, spec)
+    a = _placed(a, call.geometry.mesh, spec)
     pivots = call.geometry.pivots_spec
     return call.shard_map(body, (spec,), (_rows_spec(call), pivots, P()))(a)
 
@@ -356,7 +364,7 @@ def _lu_solve_program(call: _Call, trans: str, lu, pivots, b):
             x = jnp.zeros_like(x).at[perm].set(x)
         return flip(x)
 
-    b = _solvers._placed(b, call.geometry.mesh, P())
+    b = _placed(b, call.geometry.mesh, P())
     pivots_spec = call.geometry.pivots_spec
     return call.shard_map(body, (_rows_spec(call), pivots_spec, P()), P())(lu, pivots, b)
 
@@ -389,7 +397,7 @@ class _Algebra:
 
     def __init__(self, call: _Call):
         g = call.geometry
-        self.explicit = _solvers._explicit(g.mesh, g.spec)
+        self.explicit = _explicit(g.mesh, g.spec)
         self.matrix = NamedSharding(g.mesh, g.spec)
         self.replicated = NamedSharding(g.mesh, P())
         # The matvecs' [N, k] results, with a spec of their rank: under jax.vmap (jacfwd,
@@ -805,7 +813,7 @@ def cho_factor(
         A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "potrs", backend
     )
     call = _call(statics)
-    a = _solvers._placed(A, call.geometry.mesh, call.geometry.spec)
+    a = _placed(A, call.geometry.mesh, call.geometry.spec)
     if _solvers._donating(donate, fn, A):
         f, status = _potrf_donated(call, a)
         _solvers._consume(A, a)
@@ -880,7 +888,7 @@ def lu_factor(
         A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "getrf", backend
     )
     call = _call(statics)
-    a = _solvers._placed(A, call.geometry.mesh, call.geometry.spec)
+    a = _placed(A, call.geometry.mesh, call.geometry.spec)
     if _solvers._donating(donate, fn, A):
         lu, pivots, status = _getrf_donated(call, a)
         _solvers._consume(A, a)

@@ -7,7 +7,7 @@ so do the functions called inside a user's ``shard_map``, such as ``potrs_no_sha
 
 - the route of a block to the native target and back: :class:`_Route` for ``A`` sharded by
   columns or rows, :class:`_GridRoute` for a process grid (steps 1 to 3 of
-  :mod:`jaxmg._solvers`' docstring);
+  :mod:`jaxmg._programs`' docstring);
 - the Hermitian fills and transposes across devices (:func:`_hermitian_from_triangle`,
   :func:`_hermitian_from_lower`, :func:`_transpose_rows`);
 - the local bodies of potrs, potri and syevd (:func:`_potrs_local`, :func:`_potri_local`,

@@ -1,31 +1,6 @@
-"""potrs, potri and syevd on sharded jax.Arrays (the factor objects, LU and every derivative:
-:mod:`jaxmg._factors`).
-
-Each public function validates its inputs in Python, resolves where ``A`` lives
-(:mod:`jaxmg._geometry`), and runs one ``jax.shard_map`` whose body works on local blocks:
-
-1. relayout the local block to the 1D block-cyclic column layout (:mod:`jaxmg_layout`);
-2. hand the native target the local tiles in the form it reads: an ``[L, N]`` row-major array,
-   which is the column-major storage of ``N x L`` tiles of a column block;
-3. bring the results back to the caller's sharding.
-
-Sharding forms. For ``A`` sharded by columns, ``P(None, ax)``, the local block is ``A[:, blk]``
-and step 2 is a local transpose. For ``A`` sharded by rows, ``P(ax, None)``, the local block
-``A[blk, :]`` already *is* that storage, of the column block of ``A^T = conj(A)`` (A is
-Hermitian): no transpose, and the solver works on ``conj(A)``. Solutions are conjugated back
-(a no-op for real dtypes). For ``A`` sharded over a process grid, ``P(r, c)`` (backend
-``"mp"``), step 2 is a local transpose to column-major storage, and step 1 either is left to
-the engine (``relayout="native"``: ScaLAPACK's p?gemr2d) or is the 2D relayout in JAX
-(:class:`_GridRoute`).
-
-Failure. A matrix that is not positive definite (potrs, potri), or an eigensolver that fails to
-converge (syevd), is not an exception: the status is nonzero and every floating output is NaN.
-
-Engines. The native target of step 2 is one engine's wrapper (:func:`jaxmg._native.engine`):
-cuSolverMg or its LAPACK twin (``"mg"``), the distributed engine (``"mp"``), or, on a solver
-axis of one device, JAX's own dense solvers behind the same wrappers (``"jax"``,
-:mod:`jaxmg._dense`; the tile is then the whole matrix and steps 1 and 3 move nothing).
-"""
+"""potrs, potri and syevd on sharded jax.Arrays: the public functions, on global arrays and
+inside a user's ``shard_map`` (their programs: :mod:`jaxmg._programs`; the factor objects, LU
+and every derivative: :mod:`jaxmg._factors`)."""
 
 from __future__ import annotations
 
@@ -40,77 +15,18 @@ from . import _checks, _factors, _geometry, _native
 from ._local import (
     _explicit,
     _hermitian_blocks_from_lower,
-    _hermitian_from_lower,
     _placed,
     _potri_local,
     _potrs_local,
     _syevd_local,
 )
-
-_STATIC = ("T_A", "n", "cyclic", "relayout", "geometry", "fn")
-
-
-@functools.partial(jax.jit, static_argnames=(*_STATIC, "with_factor"))
-def _potrs_program(a, b, *, T_A, n, cyclic, relayout, geometry, fn, with_factor=False):
-    """``(x, status)``; ``with_factor``: ``(x, factor rows, status)`` (jaxmg._factors)."""
-    body = functools.partial(
-        _potrs_local,
-        T_A=T_A,
-        n=n,
-        cyclic=cyclic,
-        relayout=relayout,
-        geometry=geometry,
-        fn=fn,
-        with_factor=with_factor,
-    )
-    out_specs = (P(), geometry.factor_spec, P()) if with_factor else (P(), P())
-    return jax.shard_map(
-        body,
-        mesh=geometry.mesh,
-        in_specs=(geometry.spec, P()),
-        out_specs=out_specs,
-        check_vma=False,
-    )(_placed(a, geometry.mesh, geometry.spec), _placed(b, geometry.mesh, P()))
-
-
-@functools.partial(jax.jit, static_argnames=_STATIC)
-def _potri_program(a, *, T_A, n, cyclic, relayout, geometry, fn):
-    body = functools.partial(
-        _potri_local, T_A=T_A, n=n, cyclic=cyclic, relayout=relayout, geometry=geometry, fn=fn
-    )
-    inv, status = jax.shard_map(
-        body,
-        mesh=geometry.mesh,
-        in_specs=(geometry.spec,),
-        out_specs=(geometry.spec, P()),
-        check_vma=False,
-    )(_placed(a, geometry.mesh, geometry.spec))
-    return (_hermitian_from_lower(inv, geometry) if geometry.form == "grid" else inv), status
-
-
-@functools.partial(jax.jit, static_argnames=(*_STATIC, "vectors", "spent"))
-def _syevd_program(a, *, T_A, n, cyclic, relayout, vectors, geometry, fn, spent=False):
-    body = functools.partial(
-        _syevd_local,
-        T_A=T_A,
-        n=n,
-        cyclic=cyclic,
-        relayout=relayout,
-        vectors=vectors,
-        geometry=geometry,
-        fn=fn,
-        spent=spent,
-    )
-    if vectors:
-        out_specs = (P(), geometry.spec, P())
-    elif spent:  # in the native layout, as a factor
-        out_specs = (P(), geometry.factor_spec, P())
-    else:
-        out_specs = (P(), P())
-    return jax.shard_map(
-        body, mesh=geometry.mesh, in_specs=(geometry.spec,), out_specs=out_specs, check_vma=False
-    )(_placed(a, geometry.mesh, geometry.spec))
-
+from ._programs import (
+    _Call,
+    _cho_logdet_program,
+    _potrs_program,
+    _status,
+    _syevd_program,
+)
 
 # --- public API ------------------------------------------------------------------------------
 
@@ -219,7 +135,7 @@ def _syevd_call(call, vectors, status, a):
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3), donate_argnums=(4, 5))
 def _potrs_donated(call, logdet, status, b_shape, a, b):
     x, f, info = _potrs_program(a, b.reshape(call.n, -1), with_factor=True, **call.kw)
-    value = _factors._cho_logdet_program(call, f) if logdet else None
+    value = _cho_logdet_program(call, f) if logdet else None
     return x.reshape(b_shape), value, (info[0] if status else None), f
 
 
@@ -232,7 +148,7 @@ def _syevd_values_donated(call, status, a):
     """Eigenvalues alone with ``A`` donated: the overwritten buffer comes out too (the caller
     drops it), the one output XLA can give ``A``'s buffer to."""
     w, spent, info = _syevd_program(a, vectors=False, spent=True, **call.kw)
-    return w, spent, (_factors._status(info) if status else None)
+    return w, spent, (_status(info) if status else None)
 
 
 def _factor_in_a(call) -> bool:
@@ -357,7 +273,7 @@ def potrs(
         _geometry.check_spec_axes(spec_b, geometry.mesh, "in_specs[1] (b)")
     a = _placed(A, geometry.mesh, geometry.spec)
     b_placed = _placed(b, geometry.mesh, P())
-    call = _factors._Call(**statics)
+    call = _Call(**statics)
     flags = (call, bool(return_logdet), bool(return_status), b_shape)
     if _donating(donate, fn, A, b):
         if _factor_in_a(call):
@@ -415,7 +331,7 @@ def potri(
     (spec_a,) = _checks.in_specs(in_specs, fn, ("A",))
     statics, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "potri", backend)
     geometry = statics["geometry"]
-    call = _factors._Call(**statics)
+    call = _Call(**statics)
     a = _placed(A, geometry.mesh, geometry.spec)
     donating = _donating(donate, fn, A)
     inv, status = (_potri_donated if donating else _potri_call)(call, bool(return_status), a)
@@ -470,7 +386,7 @@ def syevd(
     (spec_a,) = _checks.in_specs(in_specs, fn, ("A",))
     statics, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "syevd", backend)
     geometry = statics["geometry"]
-    call = _factors._Call(**statics)
+    call = _Call(**statics)
     vectors = bool(return_eigenvectors)
     a = _placed(A, geometry.mesh, geometry.spec)
     donating = _donating(donate, fn, A)

@@ -1,6 +1,7 @@
 """potrs, potri and syevd on sharded jax.Arrays: the public functions, on global arrays and
-inside a user's ``shard_map`` (their programs: :mod:`jaxmg._programs`; the factor objects, LU
-and every derivative: :mod:`jaxmg._factors`)."""
+inside a user's ``shard_map`` (their programs: :mod:`jaxmg._programs`; every derivative:
+:mod:`jaxmg._derivatives`; the factor objects' functions, LU among them:
+:mod:`jaxmg._factors`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,12 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from . import _checks, _factors, _geometry, _native
+from . import _checks, _geometry, _native
+from ._derivatives import (
+    _potri_call,
+    _potrs_call,
+    _syevd_call,
+)
 from ._local import (
     _explicit,
     _hermitian_blocks_from_lower,
@@ -97,32 +103,6 @@ def _prepare(A, T_A, mesh, spec, cyclic_1d, relayout, pad, fn, routine, backend=
         n = _checks.square_size(A, fn)
     T_A = _layout(T_A, n, geometry, pad, routine, fn).T_A
     return _statics(T_A, n, cyclic_1d, relayout, geometry, fn), dtype
-
-
-# The public functions' differentiable calls as one program each: an eager call then dispatches
-# once (a custom_jvp function called eagerly costs about 150 us more per call, measured on one
-# CPU device at N = 64), and a status nobody asked for is not computed (on one device it takes
-# a loop of its own); under an enclosing jit they are inlined. And an eager derivative
-# differentiates the program's jaxpr, so the derivative rules always run traced (module
-# docstring of jaxmg._factors).
-
-
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
-def _potrs_call(call, logdet, status, b_shape, a, b):
-    x, value, info = _factors.potrs_and_logdet(call, logdet, a, b.reshape(call.n, -1))
-    return x.reshape(b_shape), value, (info if status else None)
-
-
-@functools.partial(jax.jit, static_argnums=(0, 1))
-def _potri_call(call, status, a):
-    inverse, info = _factors.potri_differentiable(call, a)
-    return inverse, (info if status else None)
-
-
-@functools.partial(jax.jit, static_argnums=(0, 1, 2))
-def _syevd_call(call, vectors, status, a):
-    w, v, info = _factors.syevd_differentiable(call, vectors, a)
-    return w, v, (info if status else None)
 
 
 # donate=True (eager calls of concrete arrays): the same programs with A (and b) donated, so

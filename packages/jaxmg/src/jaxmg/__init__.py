@@ -39,6 +39,30 @@ from jaxmg_layout import (
 )
 
 from . import utils as utils
+from ._api import (
+    cho_factor as cho_factor,
+)
+from ._api import (
+    cho_solve as cho_solve,
+)
+from ._api import (
+    lu_factor as lu_factor,
+)
+from ._api import (
+    lu_solve as lu_solve,
+)
+from ._api import (
+    potri as potri,
+)
+from ._api import (
+    potri_symmetrize as potri_symmetrize,
+)
+from ._api import (
+    potrs as potrs,
+)
+from ._api import (
+    syevd as syevd,
+)
 from ._compat import (
     cyclic_1d as cyclic_1d,
 )
@@ -51,59 +75,35 @@ from ._compat import (
 from ._compat import (
     verify_cyclic as verify_cyclic,
 )
-from ._factors import (
+from ._derivatives import (
     CholeskyFactor as CholeskyFactor,
 )
-from ._factors import (
+from ._derivatives import (
     LUFactor as LUFactor,
 )
-from ._factors import (
-    cho_factor as cho_factor,
+from ._in_shard_map import (
+    potri_no_shardmap as potri_no_shardmap,
 )
-from ._factors import (
-    cho_solve as cho_solve,
+from ._in_shard_map import (
+    potri_shardmap_ctx as potri_shardmap_ctx,
 )
-from ._factors import (
-    lu_factor as lu_factor,
+from ._in_shard_map import (
+    potrs_no_shardmap as potrs_no_shardmap,
 )
-from ._factors import (
-    lu_solve as lu_solve,
+from ._in_shard_map import (
+    potrs_shardmap_ctx as potrs_shardmap_ctx,
+)
+from ._in_shard_map import (
+    syevd_no_shardmap as syevd_no_shardmap,
+)
+from ._in_shard_map import (
+    syevd_shardmap_ctx as syevd_shardmap_ctx,
 )
 from ._multinode import (
     gather_to_hosts as gather_to_hosts,
 )
 from ._multinode import (
     host_mesh as host_mesh,
-)
-from ._solvers import (
-    potri as potri,
-)
-from ._solvers import (
-    potri_no_shardmap as potri_no_shardmap,
-)
-from ._solvers import (
-    potri_shardmap_ctx as potri_shardmap_ctx,
-)
-from ._solvers import (
-    potri_symmetrize as potri_symmetrize,
-)
-from ._solvers import (
-    potrs as potrs,
-)
-from ._solvers import (
-    potrs_no_shardmap as potrs_no_shardmap,
-)
-from ._solvers import (
-    potrs_shardmap_ctx as potrs_shardmap_ctx,
-)
-from ._solvers import (
-    syevd as syevd,
-)
-from ._solvers import (
-    syevd_no_shardmap as syevd_no_shardmap,
-)
-from ._solvers import (
-    syevd_shardmap_ctx as syevd_shardmap_ctx,
 )
 
 __version__ = "0.2.0"

@@ -1,7 +1,14 @@
-"""potrs, potri and syevd on sharded jax.Arrays: the public functions, on global arrays and
-inside a user's ``shard_map`` (their programs: :mod:`jaxmg._programs`; every derivative:
-:mod:`jaxmg._derivatives`; the factor objects' functions, LU among them:
-:mod:`jaxmg._factors`)."""
+"""The public functions on global arrays: potrs, potri, syevd, cho_factor/cho_solve and
+lu_factor/lu_solve.
+
+Each validates its arguments in Python before any device work (:func:`_prepare`, with
+:mod:`jaxmg._checks` and :mod:`jaxmg._geometry`), places ``A`` (and ``b``) where the call runs,
+and runs one jitted program: a differentiable call of :mod:`jaxmg._derivatives`, or, with
+``donate=True`` on concrete arrays, the same program with its arrays donated (below; nothing
+donated is differentiated). The programs themselves: :mod:`jaxmg._programs`. The functions
+called inside a user's ``shard_map`` (``*_no_shardmap``, ``*_shardmap_ctx``):
+:mod:`jaxmg._in_shard_map`.
+"""
 
 from __future__ import annotations
 
@@ -14,21 +21,20 @@ from jax.sharding import PartitionSpec as P
 
 from . import _checks, _geometry, _native
 from ._derivatives import (
+    CholeskyFactor,
+    LUFactor,
+    _cho_solve_call,
+    _lu_solve_call,
     _potri_call,
     _potrs_call,
     _syevd_call,
 )
-from ._local import (
-    _explicit,
-    _hermitian_blocks_from_lower,
-    _placed,
-    _potri_local,
-    _potrs_local,
-    _syevd_local,
-)
+from ._local import _explicit, _placed
 from ._programs import (
     _Call,
     _cho_logdet_program,
+    _getrf_program,
+    _potrf_program,
     _potrs_program,
     _status,
     _syevd_program,
@@ -131,6 +137,11 @@ def _syevd_values_donated(call, status, a):
     return w, spent, (_status(info) if status else None)
 
 
+# The factor programs with A donated: the factor takes over A's buffer.
+_potrf_donated = jax.jit(_potrf_program.__wrapped__, static_argnums=0, donate_argnums=1)
+_getrf_donated = jax.jit(_getrf_program.__wrapped__, static_argnums=0, donate_argnums=1)
+
+
 def _factor_in_a(call) -> bool:
     """Whether potrs with ``A`` donated keeps its factor in ``A``'s buffer: not on the
     one-device engine (backend ``"jax"``), whose status reads ``A`` again after the
@@ -153,6 +164,9 @@ def _consume(given, placed):
     (it was moved to the call's sharding first), is deleted too: ``donate=True`` gives it up."""
     if given is not placed and isinstance(given, jax.Array) and not given.is_deleted():
         given.delete()
+
+
+# --- potrs, potri, syevd -------------------------------------------------------------------
 
 
 def potrs(
@@ -237,7 +251,7 @@ def potrs(
 
     Derivatives (``jax.grad``, ``jvp``, ``vjp``) with respect to ``A`` and ``b``, of ``x`` and
     ``logdet``: those of ``X -> f((X + X^H) / 2)`` at ``X = A`` (module
-    :mod:`jaxmg._factors`); the backward pass reuses the forward Cholesky factor.
+    :mod:`jaxmg._derivatives`); the backward pass reuses the forward Cholesky factor.
 
     Runs eagerly, under ``jax.jit`` and inside ``shard_map`` programs; under ``jax.vmap`` the
     batch is solved one matrix after another (on one device with the default ``backend``,
@@ -397,231 +411,195 @@ def potri_symmetrize(A):
     return upper + lower
 
 
-# --- inside a user's shard_map --------------------------------------------------------------
+# --- the factor objects' functions --------------------------------------------------------
 
 
-def _local_statics(
-    a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, routine, fn, backend=None
-):
-    """Validate a local block and the arguments; the static arguments of the local bodies."""
-    backend = _checks.backend(backend, fn)
-    if sharded_by == "grid":
-        return _grid_local_statics(
-            a, T_A, cyclic_1d, axis_name, relayout, pad, routine, fn, backend
-        )
-    if sharded_by not in ("cols", "rows"):
-        raise ValueError(
-            f"{fn}: sharded_by must be 'cols', 'rows' or 'grid' (P(r, c), backend 'mp'), got "
-            f"{sharded_by!r}."
-        )
-    _checks.matrix_dtype(a, fn, argname="a")
-    T_A = _checks.tile_size(T_A, fn, cyclic_1d)
-    dim = 1 if sharded_by == "cols" else 0
-    n, width = int(a.shape[1 - dim]), int(a.shape[dim])
-
-    def fits(ndev):  # the axis this local block is split over
-        if n % ndev:
-            return False
-        if not cyclic_1d:
-            return width * ndev == n
-        return _checks.plan(n, ndev, T_A, fn).local_width == width
-
-    geometry = _geometry.from_abstract_mesh(
-        axis_name, sharded_by, fits, backend, fn, cyclic=bool(cyclic_1d)
-    )
-    if geometry.backend == "mp":
-        _native.load_mp(fn, geometry.platform)
-    layout = _layout(T_A, n, geometry, pad, routine, fn)
-    expected = layout.local_width if cyclic_1d else layout.shard_size
-    if width != expected:
-        raise ValueError(
-            f"{fn}: local block of shape {tuple(a.shape)} does not match N={n} over "
-            f"{geometry.ndev} devices along {geometry.axis!r}"
-            + (f" in the block-cyclic layout (width {expected})" if cyclic_1d else "")
-            + f"; expected {expected} {geometry.form} per device."
-        )
-    return _statics(layout.T_A, n, cyclic_1d, relayout, geometry, fn)
+def _call(statics: dict) -> _Call:
+    return _Call(**statics)
 
 
-def _grid_local_statics(a, T_A, cyclic_1d, axis_name, relayout, pad, routine, fn, backend):
-    """:func:`_local_statics` for the block ``[N/rows, N/cols]`` of a matrix sharded
-    ``P(r, c)``, ``axis_name=(r, c)``."""
-    if not (
-        isinstance(axis_name, (tuple, list))
-        and len(axis_name) == 2
-        and all(isinstance(name, str) for name in axis_name)
-    ):
-        raise ValueError(
-            f"{fn}: sharded_by='grid' needs axis_name=(r, c), the mesh axes of the process rows "
-            f"and columns of the enclosing shard_map; got axis_name={axis_name!r}."
-        )
-    if cyclic_1d:
-        raise ValueError(f"{fn}: cyclic_1d=True is a 1D layout; sharded_by='grid' takes blocks.")
-    _checks.matrix_dtype(a, fn, argname="a")
-    T_A = _checks.tile_size(T_A, fn)
-    geometry = _geometry.grid_from_abstract_mesh(tuple(axis_name), backend, fn)
-    _native.load_mp(fn, geometry.platform)
-    rows, cols = geometry.grid
-    n = int(a.shape[0]) * rows
-    if a.ndim != 2 or a.shape[1] * cols != n:
-        raise ValueError(
-            f"{fn}: local block of shape {tuple(a.shape)} is not one of a square matrix on the "
-            f"{rows} x {cols} grid {tuple(axis_name)}: expected [N/{rows}, N/{cols}]."
-        )
-    if routine == "potri" and rows != cols:
-        raise ValueError(
-            f"{fn}: on a {rows} x {cols} grid the blocks above the diagonal are not the "
-            "transposes of blocks below it, so potri_no_shardmap takes square grids only; call "
-            "jaxmg.potri on the global array instead."
-        )
-    tile = _checks.grid_plan(n, geometry.grid, T_A, pad, fn).tile
-    return _statics(tile, n, False, relayout, geometry, fn)
-
-
-def _potrs_blocks(a, b, statics):
-    """potrs on local blocks: ``b`` (``[N]`` or ``[N, nrhs]``) checked, ``x`` in its shape."""
-    n = statics["n"]
-    b_shape = _checks.rhs_shape(b, n, _checks.matrix_dtype(a, statics["fn"], "a"), statics["fn"])
-    x, status = _potrs_local(a, b.reshape(n, -1), **statics)
-    return x.reshape(b_shape), status
-
-
-def potrs_no_shardmap(
-    a,
-    b,
+def cho_factor(
+    A,
     T_A=None,
+    mesh=None,
+    in_specs=None,
     *positional,
     cyclic_1d=False,
-    axis_name=None,
-    sharded_by="cols",
     pad=True,
     relayout="native",
     backend=None,
+    donate=False,
 ):
-    """:func:`potrs` on local blocks, called inside the caller's ``jax.shard_map``.
+    """Cholesky-factor a Hermitian positive definite ``A`` sharded over devices, for reuse.
 
     Args:
-      a: this device's block of ``A``: ``[N, N/ndev]`` columns (``sharded_by="cols"``, the
-        default) or ``[N/ndev, N]`` rows (``sharded_by="rows"``); in the block-cyclic layout
-        when ``cyclic_1d``. Or, with ``sharded_by="grid"`` (backend ``"mp"``), its block
-        ``[N/rows, N/cols]`` of ``P(r, c)``, with ``axis_name=(r, c)``.
-      b: ``[N]`` or ``[N, nrhs]``, the same on every device.
-      T_A, pad, relayout, backend: as for :func:`potrs` (``backend="mp"``: the enclosing
-        ``shard_map``'s axis must hold one device of every process of the job).
-      axis_name: the mesh axis the blocks are split over; default: the one axis of the
-        enclosing ``shard_map`` whose size fits the block. For ``sharded_by="grid"``, the
-        pair ``(r, c)`` of the process rows' and columns' axes (required).
+      A, T_A, mesh, in_specs, cyclic_1d, pad, relayout, backend: as for :func:`jaxmg.potrs`
+        (``in_specs`` is ``spec_A`` or ``(spec_A,)``). Only one triangle is read: the lower one
+        for column sharding, the upper one for row sharding.
+
+      donate: give ``A`` up (eager calls): the factor takes over ``A``'s buffer and ``A`` is
+        deleted; as for :func:`jaxmg.potrs` (no effect under a trace).
 
     Returns:
-      ``(x, status)``: ``x`` like ``b``, the same on every device; ``status`` int32 ``[1]``
-      (0 or ``k > 0``, as in :func:`potrs`). Always returns the status.
+      A :class:`CholeskyFactor`: pass it to :func:`jaxmg.cho_solve` any number of times; its
+      ``logdet`` and ``status`` are there too. Runs eagerly and under ``jax.jit``; derivatives
+      with respect to ``A`` flow through every solve and ``logdet`` made from it.
     """
-    fn = "jaxmg.potrs_no_shardmap"
-    _checks.keyword_only(fn, positional, "cyclic_1d (the original README's jaxmg)")
-    statics = _local_statics(
-        a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, "potrs", fn, backend
-    )
-    return _potrs_blocks(a, b, statics)
+    fn = "jaxmg.cho_factor"
+    _checks.keyword_only(fn, positional, "cyclic_1d, pad or relayout, e.g. relayout='jax'")
+    (spec_a,) = _checks.in_specs(in_specs, fn, ("A",))
+    statics, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "potrs", backend)
+    call = _call(statics)
+    a = _placed(A, call.geometry.mesh, call.geometry.spec)
+    if _donating(donate, fn, A):
+        f, status = _potrf_donated(call, a)
+        _consume(A, a)
+        return CholeskyFactor(f, None, _status(status), call)
+    f, status = _potrf_program(call, jax.lax.stop_gradient(a))
+    return CholeskyFactor(f, a, _status(status), call)
 
 
-def potri_no_shardmap(
-    a,
+def _solve_shape(factor, b, fn):
+    call = factor._call
+    return _checks.rhs_shape(b, call.n, factor.factor.dtype, fn)
+
+
+def cho_solve(factor, b, *positional, return_status=False):
+    """Solve ``A x = b`` with a :class:`CholeskyFactor` of ``A`` (no refactorisation).
+
+    Args:
+      factor: from :func:`jaxmg.cho_factor`.
+      b: ``[N]`` or ``[N, nrhs]``, ``A``'s dtype, any sharding (replicated for the solve).
+      return_status: also return the factor's status.
+
+    Returns:
+      ``x`` with ``b``'s shape, replicated (NaN if the factorisation failed); with
+      ``return_status``, ``(x, status)``. Differentiable in ``b`` and, through the factor, in
+      ``A``: the derivative costs one more solve with the same factor.
+    """
+    fn = "jaxmg.cho_solve"
+    _checks.keyword_only(fn, positional, "return_status, e.g. return_status=True")
+    if not isinstance(factor, CholeskyFactor):
+        raise TypeError(
+            f"{fn}: factor must be the CholeskyFactor of jaxmg.cho_factor(A), got "
+            f"{type(factor).__name__}."
+        )
+    shape = _solve_shape(factor, b, fn)
+    call = factor._call
+    x = _cho_solve_call(call, shape, factor.factor, factor.matrix, b)
+    return (x, factor.status) if return_status else x
+
+
+def lu_factor(
+    A,
     T_A=None,
+    mesh=None,
+    in_specs=None,
     *positional,
     cyclic_1d=False,
-    axis_name=None,
-    sharded_by="cols",
     pad=True,
     relayout="native",
     backend=None,
+    donate=False,
 ):
-    """:func:`potri` on local blocks inside ``jax.shard_map``; returns ``(inverse_block, status)``.
+    """LU-factor (partial pivoting) a general square ``A`` sharded over devices, for reuse.
 
-    The returned block is this device's block of the full Hermitian inverse, in the same form
-    (and layout) as ``a``; ``status`` int32 ``[1]``. Arguments as for
-    :func:`potrs_no_shardmap`; ``sharded_by="grid"`` takes square grids only.
+    Args:
+      A: ``[N, N]`` float32, float64, complex64 or complex128, sharded over one mesh axis by
+        columns ``P(None, ax)`` or by rows ``P(ax, None)``; the whole matrix is read. Sharded by
+        rows, it is transposed first (one ``all_to_all``, a block of temporaries) so that the
+        factor, its pivots and its status are ``A``'s in both forms.
+      T_A, mesh, in_specs, cyclic_1d, pad, relayout, backend: as for :func:`jaxmg.potrs`. On
+        GPUs cuSolverMg's getrf accepts tiles of at most 512 columns: a wider ``T_A`` is
+        lowered to 512 with a ``UserWarning`` (``T_A=None`` chooses at most 512 there).
+      donate: give ``A`` up (eager calls): the factor takes over ``A``'s buffer and ``A`` is
+        deleted; as for :func:`jaxmg.potrs` (no effect under a trace).
+
+    Returns:
+      An :class:`LUFactor` for :func:`jaxmg.lu_solve`.
     """
-    fn = "jaxmg.potri_no_shardmap"
-    _checks.keyword_only(fn, positional, "cyclic_1d (the original README's jaxmg)")
-    statics = _local_statics(
-        a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, "potri", fn, backend
-    )
-    inv, status = _potri_local(a, **statics)
-    if statics["geometry"].form == "grid":  # the lower triangle: fill the upper one
-        inv = _hermitian_blocks_from_lower(inv, statics["geometry"])
-    return inv, status
+    fn = "jaxmg.lu_factor"
+    _checks.keyword_only(fn, positional, "cyclic_1d, pad or relayout, e.g. relayout='jax'")
+    (spec_a,) = _checks.in_specs(in_specs, fn, ("A",))
+    statics, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "getrf", backend)
+    call = _call(statics)
+    a = _placed(A, call.geometry.mesh, call.geometry.spec)
+    if _donating(donate, fn, A):
+        lu, pivots, status = _getrf_donated(call, a)
+        _consume(A, a)
+        return LUFactor(lu, pivots, None, _status(status), call)
+    lu, pivots, status = _getrf_program(call, jax.lax.stop_gradient(a))
+    return LUFactor(lu, pivots, a, _status(status), call)
 
 
-def syevd_no_shardmap(
-    a,
+_TRANS = {0: "N", 1: "T", 2: "C", "N": "N", "T": "T", "C": "C"}
+
+
+def lu_solve(
+    A,
+    b,
     T_A=None,
+    mesh=None,
+    in_specs=None,
     *positional,
-    return_eigenvectors=True,
+    trans=0,
+    return_status=False,
     cyclic_1d=False,
-    axis_name=None,
-    sharded_by="cols",
     pad=True,
     relayout="native",
     backend=None,
+    donate=False,
 ):
-    """:func:`syevd` on local blocks inside ``jax.shard_map``.
+    """Solve ``A x = b`` for a general square ``A`` sharded over devices (LU, partial pivoting).
 
-    Returns ``(w, v_block, status)`` with eigenvectors, else ``(w, status)``; ``w`` is the same
-    on every device, ``v_block`` this device's block of ``V`` in the same form as ``a``,
-    ``status`` int32 ``[1]``. Arguments as for :func:`potrs_no_shardmap`; a GPU tile over 1024
-    is lowered to 1024 with a ``UserWarning``.
+    ``A`` is either the matrix (factored by this call, as jaxmg 1.4.1's ``lu_solve``) or an
+    :class:`LUFactor` of :func:`jaxmg.lu_factor` (no refactorisation; ``T_A``, ``mesh``,
+    ``in_specs``, ``cyclic_1d``, ``pad``, ``relayout`` and ``backend`` then come from the
+    factor).
+
+    Args:
+      A: ``[N, N]`` as for :func:`jaxmg.lu_factor`, or an :class:`LUFactor`.
+      b: ``[N]`` or ``[N, nrhs]``, ``A``'s dtype, any sharding (replicated for the solve).
+      trans: ``0``/``"N"``: solve ``A x = b``; ``1``/``"T"``: ``A^T x = b``; ``2``/``"C"``:
+        ``A^H x = b`` (scipy's ``lu_solve`` convention). With backend ``"mg"``, whose engine
+        solves only with its factor (cuSolverMg's getrs takes ``CUBLAS_OP_N`` alone), ``1`` and
+        ``2`` first build the factor of ``A^T`` from ``A``'s, without refactoring: one
+        ``all_to_all`` of the factor and two more blocks of its size, transiently, per solve.
+      return_status: also return the status: 0, or ``k > 0`` when ``U[k-1, k-1]`` is exactly
+        zero (``x`` is then NaN).
+      T_A, mesh, in_specs, cyclic_1d, pad, relayout, backend: as for :func:`jaxmg.potrs`.
+      donate: with a matrix ``A``, give it up (eager calls): it is factored in its own buffer
+        and deleted (not for an :class:`LUFactor`, which is factored already).
+
+    Returns:
+      ``x`` with ``b``'s shape, replicated; with ``return_status``, ``(x, status)``.
+      Differentiable in ``A`` and ``b``; the derivative reuses the factor.
     """
-    fn = "jaxmg.syevd_no_shardmap"
-    _checks.keyword_only(fn, positional, "return_eigenvectors, e.g. return_eigenvectors=False")
-    statics = _local_statics(
-        a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, "syevd", fn, backend
-    )
-    return _syevd_local(a, vectors=bool(return_eigenvectors), **statics)
-
-
-# --- jaxmg 0.0.x's names for the functions inside shard_map ---------------------------------
-
-
-def potrs_shardmap_ctx(
-    a, b, T_A=None, pad=True, *, axis_name=None, relayout="native", backend=None
-):
-    """jaxmg 0.0.x's :func:`potrs_no_shardmap`: ``a`` is this device's block of rows
-    ``[N/ndev, N]`` (``P(ax, None)``), inside the caller's ``jax.shard_map``.
-
-    Returns ``(x, status)`` as :func:`potrs_no_shardmap` does. ``axis_name`` (not in 0.0.x):
-    default the one axis of the enclosing ``shard_map`` whose size fits the block.
-    """
-    fn = "jaxmg.potrs_shardmap_ctx"
-    statics = _local_statics(a, T_A, False, axis_name, "rows", relayout, pad, "potrs", fn, backend)
-    return _potrs_blocks(a, b, statics)
-
-
-def potri_shardmap_ctx(a, T_A=None, pad=True, *, axis_name=None, relayout="native", backend=None):
-    """jaxmg 0.0.x's :func:`potri_no_shardmap` on a block of rows ``[N/ndev, N]``: returns
-    ``(inverse_rows, status)``, this device's rows of the full Hermitian inverse (0.0.x
-    returned only the upper triangle, for :func:`potri_symmetrize`, which leaves this
-    unchanged)."""
-    fn = "jaxmg.potri_shardmap_ctx"
-    statics = _local_statics(a, T_A, False, axis_name, "rows", relayout, pad, "potri", fn, backend)
-    return _potri_local(a, **statics)
-
-
-def syevd_shardmap_ctx(
-    a,
-    T_A=None,
-    return_eigenvectors=True,
-    pad=True,
-    *,
-    axis_name=None,
-    relayout="native",
-    backend=None,
-):
-    """jaxmg 0.0.x's :func:`syevd_no_shardmap` on a block of rows ``[N/ndev, N]``.
-
-    Returns ``(w, v_columns, status)``, or ``(w, status)`` without eigenvectors. As in 0.0.x,
-    ``v_columns`` is this device's block of columns of ``V``, ``[N, N/ndev]`` (``V[:, blk]``,
-    for ``out_specs=P(None, ax)``), which here costs no communication.
-    """
-    fn = "jaxmg.syevd_shardmap_ctx"
-    statics = _local_statics(a, T_A, False, axis_name, "rows", relayout, pad, "syevd", fn, backend)
-    return _syevd_local(a, vectors=bool(return_eigenvectors), v_columns=True, **statics)
+    fn = "jaxmg.lu_solve"
+    _checks.keyword_only(fn, positional, "trans or return_status, e.g. return_status=True")
+    if trans not in _TRANS:
+        raise ValueError(f"{fn}: trans must be 0, 1, 2, 'N', 'T' or 'C', got {trans!r}.")
+    if isinstance(A, LUFactor):
+        if _donating(donate, fn):
+            raise ValueError(
+                f"{fn}: donate=True gives A's buffer to its factor, and this A is an LUFactor "
+                "already: donate the matrix in lu_factor(A, donate=True) instead."
+            )
+        factor = A
+    else:
+        spec_a = _checks.in_specs(in_specs, fn, ("A", "b"))[0]
+        factor = lu_factor(
+            A,
+            T_A,
+            mesh,
+            spec_a,
+            cyclic_1d=cyclic_1d,
+            pad=pad,
+            relayout=relayout,
+            backend=backend,
+            donate=donate,
+        )
+    shape = _solve_shape(factor, b, fn)
+    call = factor._call
+    x = _lu_solve_call(call, _TRANS[trans], shape, factor.factor, factor.pivots, factor.matrix, b)
+    return (x, factor.status) if return_status else x

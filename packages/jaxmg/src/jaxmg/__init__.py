@@ -17,6 +17,26 @@ jaxmg 0.0.x's layout helpers (``cyclic_1d``, ``verify_cyclic``, ``manual_cyclic_
 of jaxmg's warnings) remain for programs and tests written for it.
 
 Importing jaxmg changes no global JAX setting.
+
+Modules, bottom-up: each imports only modules above it in this list (tests/api/test_layering.py
+checks it, and that the list names every module of the package):
+
+- ``utils``: jaxmg 0.0.x's ``random_psd``, and ``JaxMgWarning``.
+- ``_checks``: the argument checks and tile rules every public function runs first.
+- ``_processes``: which processes drive a call's devices, and what they agreed on.
+- ``_dense``: backend ``"jax"``, JAX's own dense solvers behind the engines' wrappers.
+- ``_geometry``: where ``A`` lives: mesh, axis, sharding form, devices, backend.
+- ``_native``: the engines' wrappers (cuSolverMg or its twin, the distributed engine, ``_dense``).
+- ``_compat``: jaxmg 0.0.x's layout helpers.
+- ``_local``: placing arrays; inside ``shard_map``: routes, cross-device fills, local bodies.
+- ``_programs``: the ``jax.shard_map`` programs, one per native routine.
+- ``_derivatives``: every derivative rule, the jitted calls that run them, the factor objects.
+- ``_api``: the public functions on global arrays, their checks and ``donate=``.
+- ``_in_shard_map``: the public functions inside a user's ``shard_map`` (``*_no_shardmap``,
+  ``*_shardmap_ctx``).
+- ``_multinode``: ``host_mesh`` and ``gather_to_hosts``.
+- ``__init__``: this list of re-exports.
+- ``_demo`` and ``__main__``: ``python -m jaxmg demo``.
 """
 
 from jaxmg_layout import (

@@ -40,7 +40,7 @@ from ._programs import (
     _syevd_program,
 )
 
-# --- public API ------------------------------------------------------------------------------
+# --- the checks every public function runs --------------------------------------------------------
 
 #: What the first positional argument after ``in_specs`` meant in earlier jaxmg releases.
 _POTRS_WAS = (
@@ -111,6 +111,8 @@ def _prepare(A, T_A, mesh, spec, cyclic_1d, relayout, pad, fn, routine, backend=
     return _statics(T_A, n, cyclic_1d, relayout, geometry, fn), dtype
 
 
+# --- donate=True ----------------------------------------------------------------------------------
+
 # donate=True (eager calls of concrete arrays): the same programs with A (and b) donated, so
 # that the native call's operand aliasing reaches A's own buffer. XLA reuses a donated buffer
 # only for an output of its shape, and potrs has none but its factor: the donating potrs returns
@@ -166,7 +168,7 @@ def _consume(given, placed):
         given.delete()
 
 
-# --- potrs, potri, syevd -------------------------------------------------------------------
+# --- potrs, potri, syevd --------------------------------------------------------------------------
 
 
 def potrs(
@@ -411,7 +413,7 @@ def potri_symmetrize(A):
     return upper + lower
 
 
-# --- the factor objects' functions --------------------------------------------------------
+# --- cho_factor, cho_solve, lu_factor, lu_solve ---------------------------------------------------
 
 
 def _call(statics: dict) -> _Call:

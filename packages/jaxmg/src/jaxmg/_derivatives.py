@@ -17,9 +17,9 @@ derivatives, never an exception.
 
 Eager derivatives. The ``custom_jvp`` functions below are called only inside jitted programs
 (``_potrs_call``, ``_potri_call``, ``_syevd_call``, ``_cho_solve_call``, ``_cho_logdet_call``,
-``_lu_solve_call``, below), so that ``jax.grad``, ``jvp`` and ``vjp`` called
-eagerly differentiate a program's jaxpr: the rules, and the zero tangents JAX makes for a
-factor's arguments, are traced, and the devices come from the program's arguments. Run eagerly
+``_lu_solve_call``, below), so that ``jax.grad``, ``jvp`` and ``vjp`` called eagerly
+differentiate a program's jaxpr: the rules, and the zero tangents JAX makes for a factor's
+arguments, are traced, and the devices come from the program's arguments. Run eagerly
 instead, JAX would make those zeros, and the rules their reshards, as arrays of their own on
 the abstract mesh of their type, which outside ``jax.set_mesh`` has no devices (on a mesh with
 Explicit axes every derivative of a factor's solve failed so).
@@ -48,7 +48,7 @@ from ._programs import (
     _syevd_program,
 )
 
-# --- derivatives: the pieces --------------------------------------------------------------
+# --- derivatives: the pieces ----------------------------------------------------------------------
 
 
 def _held(a):
@@ -162,7 +162,7 @@ def _cholesky_solution_jvp(call, primals, tangents):
     return x, _linear_solve(algebra.hermitian, a, rhs, solve, transpose_solve)
 
 
-# --- differentiable functions of the global arrays ---------------------------------------------
+# --- differentiable functions of the global arrays ------------------------------------------------
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
@@ -330,7 +330,7 @@ def _syevd_jvp(call, vectors, primals, tangents):
     return (w, v, status), (dw, dv, _float0(status))
 
 
-# --- the differentiable calls, one jitted program each ------------------------------------
+# --- the differentiable calls, one jitted program each --------------------------------------------
 
 # The public functions' differentiable calls as one program each: an eager call then dispatches
 # once (a custom_jvp function called eagerly costs about 150 us more per call, measured on one
@@ -377,7 +377,7 @@ def _lu_solve_call(call: _Call, trans: str, shape, lu, pivots, a, b):
     return lu_solve_with(call, trans, lu, pivots, a, b.reshape(call.n, -1)).reshape(shape)
 
 
-# --- factor objects -------------------------------------------------------------------------
+# --- factor objects -------------------------------------------------------------------------------
 
 
 @jax.tree_util.register_pytree_node_class

@@ -18,7 +18,7 @@ from ._local import (
     _syevd_local,
 )
 
-# --- inside a user's shard_map --------------------------------------------------------------
+# --- inside a user's shard_map --------------------------------------------------------------------
 
 
 def _local_statics(
@@ -200,7 +200,7 @@ def syevd_no_shardmap(
     return _syevd_local(a, vectors=bool(return_eigenvectors), **statics)
 
 
-# --- jaxmg 0.0.x's names for the functions inside shard_map ---------------------------------
+# --- jaxmg 0.0.x's names for the functions inside shard_map ---------------------------------------
 
 
 def potrs_shardmap_ctx(

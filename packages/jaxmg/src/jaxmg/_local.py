@@ -9,7 +9,8 @@ so do the functions called inside a user's ``shard_map``, such as ``potrs_no_sha
   columns or rows, :class:`_GridRoute` for a process grid (steps 1 to 3 of
   :mod:`jaxmg._programs`' docstring);
 - the Hermitian fills and transposes across devices (:func:`_hermitian_from_triangle`,
-  :func:`_hermitian_from_lower`, :func:`_transpose_rows`);
+  :func:`_transpose_rows`; :func:`_hermitian_from_lower`, on a global array, runs its own
+  ``shard_map`` on a square grid);
 - the local bodies of potrs, potri and syevd (:func:`_potrs_local`, :func:`_potri_local`,
   :func:`_syevd_local`).
 """

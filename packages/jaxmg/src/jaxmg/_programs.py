@@ -70,7 +70,7 @@ from ._local import (
 
 @dataclasses.dataclass(frozen=True)
 class _Call:
-    """What every program of one matrix takes statically (the public functions' ``_statics``)."""
+    """What every program of one matrix takes statically (:func:`jaxmg._api._statics`)."""
 
     T_A: int
     n: int
@@ -123,7 +123,7 @@ def _status(status):
     return status[0]
 
 
-# --- potrs, potri, syevd: factor and result in one call ---------------------------------
+# --- potrs, potri, syevd: one program each --------------------------------------------------------
 
 
 _STATIC = ("T_A", "n", "cyclic", "relayout", "geometry", "fn")
@@ -192,7 +192,7 @@ def _syevd_program(a, *, T_A, n, cyclic, relayout, vectors, geometry, fn, spent=
     )(_placed(a, geometry.mesh, geometry.spec))
 
 
-# --- programs ---------------------------------------------------------------------------------
+# --- the programs of a factor: Cholesky, its log-determinant, LU ----------------------------------
 
 
 @functools.partial(jax.jit, static_argnums=0)

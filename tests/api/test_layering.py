@@ -1,9 +1,8 @@
 """The facade's modules import in one direction: the order ``jaxmg/__init__.py`` declares.
 
 The package's docstring lists its modules bottom-up; a module may import only modules listed
-before it, so that there is no import cycle (the programs, the derivative rules and the public
-functions once imported each other). Read from the source with ``ast``, without importing
-jaxmg, every import counts, module-level or inside a function.
+before it, so that there is no import cycle. Read from the source with ``ast``, without
+importing jaxmg, every import counts, module-level or inside a function.
 """
 
 import ast

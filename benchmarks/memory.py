@@ -49,39 +49,39 @@ def _bytes(fn, *args):
 
 def jaxmg_programs(routine, a, b, T_A, backend):
     """``(kept, donated)``: lists of ``(jitted program, args)`` an eager call runs."""
-    from jaxmg import _factors, _solvers
+    from jaxmg import _api, _derivatives, _programs
 
     spec = a.sharding.spec
     task = {"potrs_logdet": "potrs", "cho_factor": "potrs", "lu_factor": "getrf"}
     task = task.get(routine, "getrf" if routine == "lu_solve" else routine)
-    statics, _ = _solvers._prepare(
+    statics, _ = _api._prepare(
         a, T_A, a.sharding.mesh, spec, False, "native", True, "bench", task, backend
     )
-    call = _factors._Call(**statics)
+    call = _programs._Call(**statics)
     if routine in ("potrs", "potrs_logdet"):
         flags = (call, routine == "potrs_logdet", True, b.shape)
-        donated = _solvers._potrs_donated if _solvers._factor_in_a(call) else _solvers._potrs_call
-        return [(_solvers._potrs_call, (*flags, a, b))], [(donated, (*flags, a, b))]
+        donated = _api._potrs_donated if _api._factor_in_a(call) else _derivatives._potrs_call
+        return [(_derivatives._potrs_call, (*flags, a, b))], [(donated, (*flags, a, b))]
     if routine == "cho_factor":
-        return [(_factors._potrf_program, (call, a))], [(_factors._potrf_donated, (call, a))]
+        return [(_programs._potrf_program, (call, a))], [(_api._potrf_donated, (call, a))]
     if routine in ("lu_factor", "lu_solve"):
-        kept = [(_factors._getrf_program, (call, a))]
-        donated = [(_factors._getrf_donated, (call, a))]
+        kept = [(_programs._getrf_program, (call, a))]
+        donated = [(_api._getrf_donated, (call, a))]
         if routine == "lu_solve":
             import jax
 
-            lu, pivots, _ = jax.eval_shape(_factors._getrf_program, call, a)
+            lu, pivots, _ = jax.eval_shape(_programs._getrf_program, call, a)
             lu = jax.ShapeDtypeStruct(lu.shape, lu.dtype, sharding=lu.sharding)
             pivots = jax.ShapeDtypeStruct(pivots.shape, pivots.dtype, sharding=pivots.sharding)
-            solve = (_factors._lu_solve_program, (call, "N", lu, pivots, b))
+            solve = (_programs._lu_solve_program, (call, "N", lu, pivots, b))
             kept.append(solve)
             donated.append(solve)
         return kept, donated
     if routine == "potri":
-        kept = [(_solvers._potri_call, (call, True, a))]
-        return kept, [(_solvers._potri_donated, (call, True, a))]
-    return [(_solvers._syevd_call, (call, True, True, a))], [
-        (_solvers._syevd_donated, (call, True, True, a))
+        kept = [(_derivatives._potri_call, (call, True, a))]
+        return kept, [(_api._potri_donated, (call, True, a))]
+    return [(_derivatives._syevd_call, (call, True, True, a))], [
+        (_api._syevd_donated, (call, True, True, a))
     ]
 
 

@@ -16,7 +16,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import jaxmg
-from jaxmg import _factors, _solvers
+from jaxmg import _api, _derivatives, _programs
 
 FORMS = {"cols": P(None, "x"), "rows": P("x", None)}
 
@@ -58,19 +58,19 @@ def _blocks(compiled, n):
     return total / (n * n * 8 / jax.device_count())
 
 
-def _programs(routine, a, b, T_A, backend):
+def _donating_program(routine, a, b, T_A, backend):
     """``(donating program, args)`` that ``routine(..., donate=True)`` runs."""
     task = {"cho_factor": "potrs", "lu_factor": "getrf"}.get(routine, routine)
-    statics, _ = _solvers._prepare(
+    statics, _ = _api._prepare(
         a, T_A, a.sharding.mesh, a.sharding.spec, False, "native", True, "t", task, backend
     )
-    call = _factors._Call(**statics)
+    call = _programs._Call(**statics)
     return {
-        "potrs": (_solvers._potrs_donated, (call, True, True, b.shape, a, b)),
-        "cho_factor": (_factors._potrf_donated, (call, a)),
-        "lu_factor": (_factors._getrf_donated, (call, a)),
-        "potri": (_solvers._potri_donated, (call, True, a)),
-        "syevd": (_solvers._syevd_donated, (call, True, True, a)),
+        "potrs": (_api._potrs_donated, (call, True, True, b.shape, a, b)),
+        "cho_factor": (_api._potrf_donated, (call, a)),
+        "lu_factor": (_api._getrf_donated, (call, a)),
+        "potri": (_api._potri_donated, (call, True, a)),
+        "syevd": (_api._syevd_donated, (call, True, True, a)),
     }[routine]
 
 
@@ -82,7 +82,7 @@ def test_donated_a_is_aliased_to_a_result(routine, form):
     n = 8 * jax.device_count()
     a = _put(_hpd(n), form)
     b = jnp.ones((n, 1))
-    program, args = _programs(routine, a, b, None, None)
+    program, args = _donating_program(routine, a, b, None, None)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # an unusable donation warns
         compiled = program.lower(*args).compile()
@@ -100,9 +100,9 @@ def test_row_sharded_a_donated_is_the_only_copy(routine):
     a = _put(_hpd(n), "rows")
     b = jnp.ones((n, 1))
     for T_A in (n // ndev, 8):
-        program, args = _programs(routine, a, b, T_A, "mg")
+        program, args = _donating_program(routine, a, b, T_A, "mg")
         assert _blocks(program.lower(*args).compile(), n) <= 1.2
-        kept = {"potrs": _solvers._potrs_call, "cho_factor": _factors._potrf_program}[routine]
+        kept = {"potrs": _derivatives._potrs_call, "cho_factor": _programs._potrf_program}[routine]
         assert _blocks(kept.lower(*args).compile(), n) >= 1.9
 
 

@@ -3,7 +3,7 @@
 On an H100 cuSolverMg's ``getrs`` refused ``CUBLAS_OP_T`` and ``_C`` (info = -1), and its
 ``getrf`` refused tiles of 1024 and more. jaxmg therefore factors ``A`` itself whatever its
 sharding (a row-sharded ``A`` is transposed first) and solves with ``A^T`` or ``A^H`` through the
-factor of ``A^T P`` built from ``A``'s (``_factors._transposed_lu``). Here: every route of that
+factor of ``A^T P`` built from ``A``'s (``_programs._transposed_lu``). Here: every route of that
 against numpy on the CPU twin (which refuses what cuSolverMg refuses), and, lowered for CUDA on
 this machine, that no GPU program asks cuSolverMg for anything else.
 """

@@ -17,6 +17,26 @@ jaxmg 0.0.x's layout helpers (``cyclic_1d``, ``verify_cyclic``, ``manual_cyclic_
 of jaxmg's warnings) remain for programs and tests written for it.
 
 Importing jaxmg changes no global JAX setting.
+
+Modules, bottom-up: each imports only modules above it in this list (tests/api/test_layering.py
+checks it, and that the list names every module of the package):
+
+- ``utils``: jaxmg 0.0.x's ``random_psd``, and ``JaxMgWarning``.
+- ``_checks``: the argument checks and tile rules every public function runs first.
+- ``_processes``: which processes drive a call's devices, and what they agreed on.
+- ``_dense``: backend ``"jax"``, JAX's own dense solvers behind the engines' wrappers.
+- ``_geometry``: where ``A`` lives: mesh, axis, sharding form, devices, backend.
+- ``_native``: the engines' wrappers (cuSolverMg or its twin, the distributed engine, ``_dense``).
+- ``_compat``: jaxmg 0.0.x's layout helpers.
+- ``_local``: placing arrays; inside ``shard_map``: routes, cross-device fills, local bodies.
+- ``_programs``: the ``jax.shard_map`` programs, one per native routine.
+- ``_derivatives``: every derivative rule, the jitted calls that run them, the factor objects.
+- ``_api``: the public functions on global arrays, their checks and ``donate=``.
+- ``_in_shard_map``: the public functions inside a user's ``shard_map`` (``*_no_shardmap``,
+  ``*_shardmap_ctx``).
+- ``_multinode``: ``host_mesh`` and ``gather_to_hosts``.
+- ``__init__``: this list of re-exports.
+- ``_demo`` and ``__main__``: ``python -m jaxmg demo``.
 """
 
 from jaxmg_layout import (
@@ -39,6 +59,30 @@ from jaxmg_layout import (
 )
 
 from . import utils as utils
+from ._api import (
+    cho_factor as cho_factor,
+)
+from ._api import (
+    cho_solve as cho_solve,
+)
+from ._api import (
+    lu_factor as lu_factor,
+)
+from ._api import (
+    lu_solve as lu_solve,
+)
+from ._api import (
+    potri as potri,
+)
+from ._api import (
+    potri_symmetrize as potri_symmetrize,
+)
+from ._api import (
+    potrs as potrs,
+)
+from ._api import (
+    syevd as syevd,
+)
 from ._compat import (
     cyclic_1d as cyclic_1d,
 )
@@ -51,59 +95,35 @@ from ._compat import (
 from ._compat import (
     verify_cyclic as verify_cyclic,
 )
-from ._factors import (
+from ._derivatives import (
     CholeskyFactor as CholeskyFactor,
 )
-from ._factors import (
+from ._derivatives import (
     LUFactor as LUFactor,
 )
-from ._factors import (
-    cho_factor as cho_factor,
+from ._in_shard_map import (
+    potri_no_shardmap as potri_no_shardmap,
 )
-from ._factors import (
-    cho_solve as cho_solve,
+from ._in_shard_map import (
+    potri_shardmap_ctx as potri_shardmap_ctx,
 )
-from ._factors import (
-    lu_factor as lu_factor,
+from ._in_shard_map import (
+    potrs_no_shardmap as potrs_no_shardmap,
 )
-from ._factors import (
-    lu_solve as lu_solve,
+from ._in_shard_map import (
+    potrs_shardmap_ctx as potrs_shardmap_ctx,
+)
+from ._in_shard_map import (
+    syevd_no_shardmap as syevd_no_shardmap,
+)
+from ._in_shard_map import (
+    syevd_shardmap_ctx as syevd_shardmap_ctx,
 )
 from ._multinode import (
     gather_to_hosts as gather_to_hosts,
 )
 from ._multinode import (
     host_mesh as host_mesh,
-)
-from ._solvers import (
-    potri as potri,
-)
-from ._solvers import (
-    potri_no_shardmap as potri_no_shardmap,
-)
-from ._solvers import (
-    potri_shardmap_ctx as potri_shardmap_ctx,
-)
-from ._solvers import (
-    potri_symmetrize as potri_symmetrize,
-)
-from ._solvers import (
-    potrs as potrs,
-)
-from ._solvers import (
-    potrs_no_shardmap as potrs_no_shardmap,
-)
-from ._solvers import (
-    potrs_shardmap_ctx as potrs_shardmap_ctx,
-)
-from ._solvers import (
-    syevd as syevd,
-)
-from ._solvers import (
-    syevd_no_shardmap as syevd_no_shardmap,
-)
-from ._solvers import (
-    syevd_shardmap_ctx as syevd_shardmap_ctx,
 )
 
 __version__ = "0.2.0"

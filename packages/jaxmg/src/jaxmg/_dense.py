@@ -4,7 +4,7 @@ On a solver axis of one device there is nothing to distribute, and cuSolverMg (o
 twin) only adds its fixed cost and its tile limits to what one device's dense solver does
 (issue 24 measured on one H100: syevd 2.6x slower than ``jnp.linalg.eigh``, 4.2x values
 only). So when ``backend=None`` and the solver axis holds one device (:func:`jaxmg._geometry.
-choose_backend`), the shard_map programs of :mod:`jaxmg._solvers` and :mod:`jaxmg._factors`
+choose_backend`), the shard_map programs (:mod:`jaxmg._programs`, :mod:`jaxmg._local`)
 call these wrappers instead of the native ones: XLA's own LAPACK calls on CPUs, cuSOLVER's
 dense routines on GPUs. Everything above the engine (the programs, the factor objects, the
 log-determinant, every derivative rule) is unchanged.

@@ -20,7 +20,7 @@ import numpy as np
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from ._solvers import _placed
+from ._local import _placed
 
 
 def host_mesh(axis_names: tuple[str, str] = ("host", "x"), *, devices=None) -> Mesh:

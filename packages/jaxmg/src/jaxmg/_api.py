@@ -1,0 +1,607 @@
+"""The public functions on global arrays: potrs, potri, syevd, cho_factor/cho_solve and
+lu_factor/lu_solve.
+
+Each validates its arguments in Python before any device work (:func:`_prepare`, with
+:mod:`jaxmg._checks` and :mod:`jaxmg._geometry`), places ``A`` (and ``b``) where the call runs,
+and runs one jitted program: a differentiable call of :mod:`jaxmg._derivatives`, or, with
+``donate=True`` on concrete arrays, the same program with its arrays donated (below; nothing
+donated is differentiated). The programs themselves: :mod:`jaxmg._programs`. The functions
+called inside a user's ``shard_map`` (``*_no_shardmap``, ``*_shardmap_ctx``):
+:mod:`jaxmg._in_shard_map`.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from . import _checks, _geometry, _native
+from ._derivatives import (
+    CholeskyFactor,
+    LUFactor,
+    _cho_solve_call,
+    _lu_solve_call,
+    _potri_call,
+    _potrs_call,
+    _syevd_call,
+)
+from ._local import _explicit, _placed
+from ._programs import (
+    _Call,
+    _cho_logdet_program,
+    _getrf_program,
+    _potrf_program,
+    _potrs_program,
+    _status,
+    _syevd_program,
+)
+
+# --- the checks every public function runs --------------------------------------------------------
+
+#: What the first positional argument after ``in_specs`` meant in earlier jaxmg releases.
+_POTRS_WAS = (
+    "return_status (jaxmg 0.0.2-0.0.9) or cyclic_1d (the original README's jaxmg), e.g. "
+    "return_status=True"
+)
+_POTRI_WAS = _POTRS_WAS
+_SYEVD_WAS = "return_eigenvectors (jaxmg 0.0.x), e.g. return_eigenvectors=False"
+
+
+def _statics(T_A, n, cyclic_1d, relayout, geometry, fn):
+    """The static arguments every local body and program takes, ``relayout`` checked (on
+    backend ``"jax"``, which relays nothing, one value: the same program for both)."""
+    relayout = _checks.relayout(relayout, fn)
+    return dict(
+        T_A=T_A,
+        n=n,
+        cyclic=bool(cyclic_1d),
+        relayout="native" if geometry.backend == "jax" else relayout,
+        geometry=geometry,
+        fn=fn,
+    )
+
+
+def _layout(T_A, n, geometry, pad, routine, fn):
+    """The checked layout of a call (its ``T_A``: as asked, or chosen for ``None``); raises for
+    ``pad=False`` with a tile that would widen A's blocks. Backend ``"jax"`` (one device, JAX's
+    dense solvers) takes the whole matrix as one tile whatever ``T_A`` was asked for."""
+    if geometry.backend == "jax":
+        T_A = n
+    else:
+        T_A = _checks.resolve_tile(
+            T_A, n, geometry.ndev, routine, geometry.platform, fn, geometry.backend, pad
+        )
+    layout = _checks.plan(n, geometry.ndev, T_A, fn)
+    _checks.unpadded(pad, layout, fn)
+    return layout
+
+
+def _prepare(A, T_A, mesh, spec, cyclic_1d, relayout, pad, fn, routine, backend=None):
+    """Validate the arguments and resolve the geometry; returns ``(statics, A's dtype)``."""
+    backend = _checks.backend(backend, fn)
+    dtype = _checks.matrix_dtype(A, fn)
+    T_A = _checks.tile_size(T_A, fn, cyclic_1d)
+    if not cyclic_1d and A.shape[0] != A.shape[1] and pad is False:
+        raise ValueError(
+            f"{fn}: A must be square [N, N], got shape {tuple(A.shape)}. jaxmg takes A "
+            "unpadded: jaxmg 0.0.x's pre-padded shards (pad=False) are not accepted; pass the "
+            "N x N matrix."
+        )
+    geometry = _geometry.resolve(A, mesh, spec, backend=backend, fn=fn, cyclic=bool(cyclic_1d))
+    if geometry.backend == "mp":
+        _native.load_mp(fn, geometry.platform)
+    if geometry.form == "grid":
+        if cyclic_1d:
+            raise ValueError(
+                f"{fn}: cyclic_1d=True is the 1D layout of P(None, ax) or P(ax, None); pass A "
+                "sharded P(r, c) in JAX's block sharding (jaxmg lays it out itself)."
+            )
+        n = _checks.square_size(A, fn)
+        tile = _checks.grid_plan(n, geometry.grid, T_A, pad, fn).tile
+        return _statics(tile, n, False, relayout, geometry, fn), dtype
+    if cyclic_1d:
+        n = _checks.cyclic_shape(A, geometry, T_A, fn)
+    else:
+        n = _checks.square_size(A, fn)
+    T_A = _layout(T_A, n, geometry, pad, routine, fn).T_A
+    return _statics(T_A, n, cyclic_1d, relayout, geometry, fn), dtype
+
+
+# --- donate=True ----------------------------------------------------------------------------------
+
+# donate=True (eager calls of concrete arrays): the same programs with A (and b) donated, so
+# that the native call's operand aliasing reaches A's own buffer. XLA reuses a donated buffer
+# only for an output of its shape, and potrs has none but its factor: the donating potrs returns
+# the factor too (in A's buffer), and the caller drops it. Nothing here is differentiated: a
+# traced A is never donated (_donating).
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3), donate_argnums=(4, 5))
+def _potrs_donated(call, logdet, status, b_shape, a, b):
+    x, f, info = _potrs_program(a, b.reshape(call.n, -1), with_factor=True, **call.kw)
+    value = _cho_logdet_program(call, f) if logdet else None
+    return x.reshape(b_shape), value, (info[0] if status else None), f
+
+
+_potri_donated = jax.jit(_potri_call.__wrapped__, static_argnums=(0, 1), donate_argnums=(2,))
+_syevd_donated = jax.jit(_syevd_call.__wrapped__, static_argnums=(0, 1, 2), donate_argnums=(3,))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=2)
+def _syevd_values_donated(call, status, a):
+    """Eigenvalues alone with ``A`` donated: the overwritten buffer comes out too (the caller
+    drops it), the one output XLA can give ``A``'s buffer to."""
+    w, spent, info = _syevd_program(a, vectors=False, spent=True, **call.kw)
+    return w, spent, (_status(info) if status else None)
+
+
+# The factor programs with A donated: the factor takes over A's buffer.
+_potrf_donated = jax.jit(_potrf_program.__wrapped__, static_argnums=0, donate_argnums=1)
+_getrf_donated = jax.jit(_getrf_program.__wrapped__, static_argnums=0, donate_argnums=1)
+
+
+def _factor_in_a(call) -> bool:
+    """Whether potrs with ``A`` donated keeps its factor in ``A``'s buffer: not on the
+    one-device engine (backend ``"jax"``), whose status reads ``A`` again after the
+    factorisation when it failed (:func:`jaxmg._dense._cholesky`), so that XLA would copy ``A``
+    to hand its buffer to the factor: one block more than not donating. There ``A`` and ``b``
+    are given up after the call instead."""
+    return call.geometry.backend != "jax"
+
+
+def _donating(donate, fn, *arrays) -> bool:
+    """Whether this call donates its arrays: ``donate=True`` and every one of them concrete
+    (a traced value is no buffer: under ``jit`` donate with ``donate_argnums``)."""
+    if not isinstance(donate, bool):
+        raise TypeError(f"{fn}: donate must be True or False, got {donate!r}.")
+    return donate and not any(_geometry.is_tracer(x) for x in arrays)
+
+
+def _consume(given, placed):
+    """After a donating call: the caller's array, when it is not the buffer that was donated
+    (it was moved to the call's sharding first), is deleted too: ``donate=True`` gives it up."""
+    if given is not placed and isinstance(given, jax.Array) and not given.is_deleted():
+        given.delete()
+
+
+# --- potrs, potri, syevd --------------------------------------------------------------------------
+
+
+def potrs(
+    A,
+    b,
+    T_A=None,
+    mesh=None,
+    in_specs=None,
+    *positional,
+    return_status=False,
+    return_logdet=False,
+    cyclic_1d=False,
+    pad=True,
+    relayout="native",
+    backend=None,
+    donate=False,
+):
+    """Solve ``A x = b`` for Hermitian positive definite ``A`` sharded over devices (Cholesky).
+
+    Args:
+      A: ``[N, N]`` float32, float64, complex64 or complex128, sharded over one mesh axis by
+        columns ``P(None, ax)`` or by rows ``P(ax, None)`` (``N`` divisible by the number of
+        devices on ``ax``). Only one triangle is read: the lower one for column sharding, the
+        upper one for row sharding. Or sharded over a process grid ``P(r, c)`` (``N``
+        divisible by both extents; the lower triangle is read), which runs on ``backend="mp"``
+        in ScaLAPACK's 2D block-cyclic layout with square ``T_A x T_A`` tiles.
+      b: ``[N]`` or ``[N, nrhs]`` (any ``nrhs >= 1``), A's dtype; any sharding (it is
+        replicated for the solve).
+      T_A: column tile size of the block-cyclic layout, any positive int (``T_A >= N / ndev``
+        needs no relayout); ``None`` (default) chooses one for the platform (see the README:
+        ``N / ndev`` on CPU; on GPUs ``N / ndev`` up to 4096, else a tile of 256-4096; on a
+        process grid ``min(N / rows, N / cols)``). On a solver axis of one device with the
+        default ``backend``, JAX's dense solvers take ``A`` whole: ``T_A`` (and ``pad``,
+        ``relayout``) is accepted and has no effect there.
+      mesh: a ``jax.sharding.Mesh``, or an ``AbstractMesh`` such as
+        ``jax.sharding.get_abstract_mesh()`` under ``jax.set_mesh``; default: the mesh ``A``
+        lives on, else the one of ``jax.set_mesh``.
+      in_specs: where ``A`` goes: a ``PartitionSpec``, or ``(spec_A, spec_b)`` as in the
+        original README (``spec_b`` is checked against the mesh; ``b`` is replicated for the
+        solve whatever it says). Given, it decides: ``A`` is resharded to it from wherever it
+        is (replicated, another axis, another form). Default: ``A``'s own sharding.
+      return_status: also return the status (keyword-only, like everything after ``in_specs``).
+      return_logdet: also return ``log det A`` (real), from the same Cholesky factor (jaxmg
+        1.4.1's spelling); NaN when the factorisation fails.
+      cyclic_1d: ``A`` is already in the layout of ``cyclic_1d_layout(A, T_A)``. Data that is
+        not gives NaN and a nonzero status.
+      pad: jaxmg 0.0.x's flag. ``True`` (default): any ``T_A``. ``False``: refuse a ``T_A``
+        that does not divide ``N / ndev`` (A's blocks would be widened to whole tiles).
+      relayout: how ``A`` reaches the block-cyclic layout. ``"native"`` (default): in place,
+        inside the solver call (its leader moves whole tiles between the devices' buffers):
+        no second copy of ``A``, a staging buffer of about one tile. ``"jax"``: JAX
+        collectives (``ppermute``/``all_to_all``) before the call, as the original jaxmg did:
+        temporaries of 1-3 shards per device. With ``backend="mp"`` (none is needed for the
+        default ``T_A``): ``"native"`` hands the engine A's blocks, which it redistributes to
+        its tiles with ScaLAPACK's p?gemr2d into a local array of its own and its results
+        back; ``"jax"`` relays them with JAX collectives before the call.
+      backend: the engine. ``"mg"``: cuSolverMg on GPUs, its LAPACK twin on CPUs (one node;
+        one process driving every device, or one process per device on one host). ``"mp"``:
+        the distributed engine, one process per device over every process of the job (CPUs:
+        ScaLAPACK over MPI, ``pip install 'jaxmg[mpi]'``, processes started by ``mpiexec``;
+        GPUs: cuSOLVERMp over NCCL, NOT YET RUN ON GPU HARDWARE, on only with
+        ``JAXMG_GPU_MULTIPROCESS=1``; no potri). ``None`` (default): on a mesh axis of one
+        device (unless ``cyclic_1d``), JAX's own dense solvers (cuSOLVER on GPUs, LAPACK on
+        CPUs), with the same statuses, NaN on failure, factors and derivatives: one device
+        has nothing to distribute, and they are faster there than cuSolverMg; ``"mg"`` on one
+        device forces cuSolverMg (the twin on CPUs). Otherwise ``"mp"`` when the devices are
+        on several hosts or more than 16 GPUs, else ``"mg"``.
+      donate: give ``A`` and ``b`` up to the call (jaxmg 1.x's spelling; eager calls): the
+        Cholesky factor is computed in ``A``'s own buffer and ``x`` in ``b``'s, and both
+        arrays are deleted (an ``A`` that had to be resharded first is deleted too, its moved
+        copy being the buffer used). Under ``jax.jit`` (or any trace) it has no effect: donate
+        there with ``donate_argnums``, where XLA reuses ``A``'s buffer only for a result of its
+        shape (``potrs`` returns none: return ``cho_factor(A).factor`` with the solution to
+        work in ``A``'s buffer).
+
+    Returns:
+      ``x`` with ``b``'s shape, replicated over the mesh; with ``return_logdet``,
+      ``(x, logdet)``; with ``return_status`` the status comes last: an int32 scalar, 0 on
+      success, ``k > 0`` if the leading minor of order ``k`` is not positive definite (then
+      ``x`` and ``logdet`` are NaN; ``N + 1`` on GPU when cuSolverMg does not say which). An
+      illegal argument raises.
+
+    Derivatives (``jax.grad``, ``jvp``, ``vjp``) with respect to ``A`` and ``b``, of ``x`` and
+    ``logdet``: those of ``X -> f((X + X^H) / 2)`` at ``X = A`` (module
+    :mod:`jaxmg._derivatives`); the backward pass reuses the forward Cholesky factor.
+
+    Runs eagerly, under ``jax.jit`` and inside ``shard_map`` programs; under ``jax.vmap`` the
+    batch is solved one matrix after another (on one device with the default ``backend``,
+    JAX's batched solvers take it at once). Never gathers ``A`` on one device.
+    """
+    fn = "jaxmg.potrs"
+    _checks.keyword_only(fn, positional, _POTRS_WAS)
+    spec_a, spec_b = _checks.in_specs(in_specs, fn, ("A", "b"))
+    statics, dtype = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "potrs", backend)
+    geometry, n = statics["geometry"], statics["n"]
+    b_shape = _checks.rhs_shape(b, n, dtype, fn)
+    if spec_b is not None:
+        _geometry.check_spec_axes(spec_b, geometry.mesh, "in_specs[1] (b)")
+    a = _placed(A, geometry.mesh, geometry.spec)
+    b_placed = _placed(b, geometry.mesh, P())
+    call = _Call(**statics)
+    flags = (call, bool(return_logdet), bool(return_status), b_shape)
+    if _donating(donate, fn, A, b):
+        if _factor_in_a(call):
+            x, logdet, status, _ = _potrs_donated(*flags, a, b_placed)
+        else:
+            x, logdet, status = _potrs_call(*flags, a, b_placed)
+            a.delete()
+            b_placed.delete()
+        _consume(A, a)
+        _consume(b, b_placed)
+    else:
+        x, logdet, status = _potrs_call(*flags, a, b_placed)
+    out = (x,)
+    out += (logdet,) if return_logdet else ()
+    out += (status,) if return_status else ()
+    return out if len(out) > 1 else out[0]
+
+
+def potri(
+    A,
+    T_A=None,
+    mesh=None,
+    in_specs=None,
+    *positional,
+    return_status=False,
+    cyclic_1d=False,
+    pad=True,
+    relayout="native",
+    backend=None,
+    donate=False,
+):
+    """Invert a Hermitian positive definite ``A`` sharded over devices (Cholesky).
+
+    Args:
+      A: ``[N, N]`` float32, float64, complex64 or complex128, sharded over one mesh axis by
+        columns ``P(None, ax)`` or by rows ``P(ax, None)``; only one triangle is read (lower for
+        column sharding, upper for row sharding).
+      T_A, mesh, in_specs, cyclic_1d, pad, relayout, backend, donate: as for :func:`potrs`
+        (``in_specs`` is ``spec_A`` or ``(spec_A,)``).
+      return_status: also return the status.
+
+    Returns:
+      The full Hermitian inverse ``[N, N]``, sharded like ``A`` (as ``in_specs`` says, when
+      given; in the block-cyclic layout when ``cyclic_1d``); with ``return_status``,
+      ``(inverse, status)``: status an int32 scalar, 0 on success, ``k > 0`` if ``A`` is not
+      positive definite (the inverse is then all NaN).
+
+    Memory: the Hermitian fill trades ``N/ndev``-square blocks between pairs of devices, in
+    place. With ``donate=True`` (eager calls; ``A`` is deleted), or under ``jax.jit(...,
+    donate_argnums=...)`` with ``A`` donated, the inverse takes over ``A``'s buffer
+    (row-sharded: ``A``'s block plus two small blocks per device in all).
+    """
+    fn = "jaxmg.potri"
+    _checks.keyword_only(fn, positional, _POTRI_WAS)
+    (spec_a,) = _checks.in_specs(in_specs, fn, ("A",))
+    statics, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "potri", backend)
+    geometry = statics["geometry"]
+    call = _Call(**statics)
+    a = _placed(A, geometry.mesh, geometry.spec)
+    donating = _donating(donate, fn, A)
+    inv, status = (_potri_donated if donating else _potri_call)(call, bool(return_status), a)
+    if donating:
+        _consume(A, a)
+    return (inv, status) if return_status else inv
+
+
+def syevd(
+    A,
+    T_A=None,
+    mesh=None,
+    in_specs=None,
+    *positional,
+    return_eigenvectors=True,
+    return_status=False,
+    cyclic_1d=False,
+    pad=True,
+    relayout="native",
+    backend=None,
+    donate=False,
+):
+    """Eigenvalues, and optionally eigenvectors, of a Hermitian ``A`` sharded over devices.
+
+    Args:
+      A: ``[N, N]`` float32, float64, complex64 or complex128, sharded over one mesh axis by
+        columns ``P(None, ax)`` or by rows ``P(ax, None)``; only one triangle is read (lower for
+        column sharding, upper for row sharding).
+      T_A, mesh, in_specs, cyclic_1d, pad, relayout, backend, donate: as for :func:`potrs`. On GPUs
+        cuSolverMg's syevd accepts tiles up to 1024 columns: a wider ``T_A`` is lowered to 1024
+        with a ``UserWarning`` (``T_A=None`` chooses at most 1024 there); not on one device
+        with the default ``backend``, where JAX's eigensolver takes ``A`` whole.
+      return_eigenvectors: also compute the eigenvectors.
+      return_status: also return the status.
+
+    Returns:
+      ``w``, ``[N]`` ascending eigenvalues of the real dtype (float32 for float32/complex64),
+      replicated; with ``return_eigenvectors``, ``(w, V)`` where the columns of ``V`` (``[N,
+      N]``, sharded like ``A``) are the eigenvectors; with ``return_status`` the status (an
+      int32 scalar) comes last: 0 on success, ``k > 0`` if the solver did not converge
+      (outputs are then NaN; ``N + 1`` from JAX's eigensolver on one device, which gives no
+      LAPACK ``info``).
+
+    Memory: with ``donate=True`` (eager calls; ``A`` is deleted) or ``A`` donated to your
+    ``jax.jit(..., donate_argnums=...)``, ``V`` takes over ``A``'s buffer (for the values
+    alone with ``donate=True``, the solver works in it). Column-sharded
+    ``A``: ``V`` goes back transposed (one more block); row-sharded: one
+    ``all_to_all`` of ``V`` (two more).
+    """
+    fn = "jaxmg.syevd"
+    _checks.keyword_only(fn, positional, _SYEVD_WAS)
+    (spec_a,) = _checks.in_specs(in_specs, fn, ("A",))
+    statics, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "syevd", backend)
+    geometry = statics["geometry"]
+    call = _Call(**statics)
+    vectors = bool(return_eigenvectors)
+    a = _placed(A, geometry.mesh, geometry.spec)
+    donating = _donating(donate, fn, A)
+    if donating and not vectors:
+        w, spent, status = _syevd_values_donated(call, bool(return_status), a)
+        spent.delete()
+    else:
+        w, v, status = (_syevd_donated if donating else _syevd_call)(
+            call, vectors, bool(return_status), a
+        )
+    if donating:
+        _consume(A, a)
+    out = (w, v) if vectors else (w,)
+    out += (status,) if return_status else ()
+    return out if len(out) > 1 else out[0]
+
+
+def potri_symmetrize(A):
+    """The Hermitian matrix whose upper triangle is ``A``'s (jaxmg 0.0.x): ``triu(A) +
+    triu(A, 1)^H``. jaxmg's :func:`potri` and :func:`potri_shardmap_ctx` already return the
+    full inverse, which this leaves unchanged; kept for programs written for 0.0.x."""
+    upper = jnp.triu(A)
+    lower = jnp.conj(jnp.triu(A, 1)).T
+    sharding = jax.typeof(upper).sharding
+    if isinstance(sharding, NamedSharding) and not sharding.mesh.empty:
+        if _explicit(sharding.mesh, sharding.spec):  # the transpose moved the sharded dimension
+            lower = jax.sharding.reshard(lower, sharding)
+    return upper + lower
+
+
+# --- cho_factor, cho_solve, lu_factor, lu_solve ---------------------------------------------------
+
+
+def _call(statics: dict) -> _Call:
+    return _Call(**statics)
+
+
+def cho_factor(
+    A,
+    T_A=None,
+    mesh=None,
+    in_specs=None,
+    *positional,
+    cyclic_1d=False,
+    pad=True,
+    relayout="native",
+    backend=None,
+    donate=False,
+):
+    """Cholesky-factor a Hermitian positive definite ``A`` sharded over devices, for reuse.
+
+    Args:
+      A, T_A, mesh, in_specs, cyclic_1d, pad, relayout, backend: as for :func:`jaxmg.potrs`
+        (``in_specs`` is ``spec_A`` or ``(spec_A,)``). Only one triangle is read: the lower one
+        for column sharding, the upper one for row sharding.
+
+      donate: give ``A`` up (eager calls): the factor takes over ``A``'s buffer and ``A`` is
+        deleted; as for :func:`jaxmg.potrs` (no effect under a trace).
+
+    Returns:
+      A :class:`CholeskyFactor`: pass it to :func:`jaxmg.cho_solve` any number of times; its
+      ``logdet`` and ``status`` are there too. Runs eagerly and under ``jax.jit``; derivatives
+      with respect to ``A`` flow through every solve and ``logdet`` made from it.
+    """
+    fn = "jaxmg.cho_factor"
+    _checks.keyword_only(fn, positional, "cyclic_1d, pad or relayout, e.g. relayout='jax'")
+    (spec_a,) = _checks.in_specs(in_specs, fn, ("A",))
+    statics, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "potrs", backend)
+    call = _call(statics)
+    a = _placed(A, call.geometry.mesh, call.geometry.spec)
+    if _donating(donate, fn, A):
+        f, status = _potrf_donated(call, a)
+        _consume(A, a)
+        return CholeskyFactor(f, None, _status(status), call)
+    f, status = _potrf_program(call, jax.lax.stop_gradient(a))
+    return CholeskyFactor(f, a, _status(status), call)
+
+
+def _solve_shape(factor, b, fn):
+    call = factor._call
+    return _checks.rhs_shape(b, call.n, factor.factor.dtype, fn)
+
+
+def cho_solve(factor, b, *positional, return_status=False):
+    """Solve ``A x = b`` with a :class:`CholeskyFactor` of ``A`` (no refactorisation).
+
+    Args:
+      factor: from :func:`jaxmg.cho_factor`.
+      b: ``[N]`` or ``[N, nrhs]``, ``A``'s dtype, any sharding (replicated for the solve).
+      return_status: also return the factor's status.
+
+    Returns:
+      ``x`` with ``b``'s shape, replicated (NaN if the factorisation failed); with
+      ``return_status``, ``(x, status)``. Differentiable in ``b`` and, through the factor, in
+      ``A``: the derivative costs one more solve with the same factor.
+    """
+    fn = "jaxmg.cho_solve"
+    _checks.keyword_only(fn, positional, "return_status, e.g. return_status=True")
+    if not isinstance(factor, CholeskyFactor):
+        raise TypeError(
+            f"{fn}: factor must be the CholeskyFactor of jaxmg.cho_factor(A), got "
+            f"{type(factor).__name__}."
+        )
+    shape = _solve_shape(factor, b, fn)
+    call = factor._call
+    x = _cho_solve_call(call, shape, factor.factor, factor.matrix, b)
+    return (x, factor.status) if return_status else x
+
+
+def lu_factor(
+    A,
+    T_A=None,
+    mesh=None,
+    in_specs=None,
+    *positional,
+    cyclic_1d=False,
+    pad=True,
+    relayout="native",
+    backend=None,
+    donate=False,
+):
+    """LU-factor (partial pivoting) a general square ``A`` sharded over devices, for reuse.
+
+    Args:
+      A: ``[N, N]`` float32, float64, complex64 or complex128, sharded over one mesh axis by
+        columns ``P(None, ax)`` or by rows ``P(ax, None)``; the whole matrix is read. Sharded by
+        rows, it is transposed first (one ``all_to_all``, a block of temporaries) so that the
+        factor, its pivots and its status are ``A``'s in both forms.
+      T_A, mesh, in_specs, cyclic_1d, pad, relayout, backend: as for :func:`jaxmg.potrs`. On
+        GPUs cuSolverMg's getrf accepts tiles of at most 512 columns: a wider ``T_A`` is
+        lowered to 512 with a ``UserWarning`` (``T_A=None`` chooses at most 512 there).
+      donate: give ``A`` up (eager calls): the factor takes over ``A``'s buffer and ``A`` is
+        deleted; as for :func:`jaxmg.potrs` (no effect under a trace).
+
+    Returns:
+      An :class:`LUFactor` for :func:`jaxmg.lu_solve`.
+    """
+    fn = "jaxmg.lu_factor"
+    _checks.keyword_only(fn, positional, "cyclic_1d, pad or relayout, e.g. relayout='jax'")
+    (spec_a,) = _checks.in_specs(in_specs, fn, ("A",))
+    statics, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "getrf", backend)
+    call = _call(statics)
+    a = _placed(A, call.geometry.mesh, call.geometry.spec)
+    if _donating(donate, fn, A):
+        lu, pivots, status = _getrf_donated(call, a)
+        _consume(A, a)
+        return LUFactor(lu, pivots, None, _status(status), call)
+    lu, pivots, status = _getrf_program(call, jax.lax.stop_gradient(a))
+    return LUFactor(lu, pivots, a, _status(status), call)
+
+
+_TRANS = {0: "N", 1: "T", 2: "C", "N": "N", "T": "T", "C": "C"}
+
+
+def lu_solve(
+    A,
+    b,
+    T_A=None,
+    mesh=None,
+    in_specs=None,
+    *positional,
+    trans=0,
+    return_status=False,
+    cyclic_1d=False,
+    pad=True,
+    relayout="native",
+    backend=None,
+    donate=False,
+):
+    """Solve ``A x = b`` for a general square ``A`` sharded over devices (LU, partial pivoting).
+
+    ``A`` is either the matrix (factored by this call, as jaxmg 1.4.1's ``lu_solve``) or an
+    :class:`LUFactor` of :func:`jaxmg.lu_factor` (no refactorisation; ``T_A``, ``mesh``,
+    ``in_specs``, ``cyclic_1d``, ``pad``, ``relayout`` and ``backend`` then come from the
+    factor).
+
+    Args:
+      A: ``[N, N]`` as for :func:`jaxmg.lu_factor`, or an :class:`LUFactor`.
+      b: ``[N]`` or ``[N, nrhs]``, ``A``'s dtype, any sharding (replicated for the solve).
+      trans: ``0``/``"N"``: solve ``A x = b``; ``1``/``"T"``: ``A^T x = b``; ``2``/``"C"``:
+        ``A^H x = b`` (scipy's ``lu_solve`` convention). With backend ``"mg"``, whose engine
+        solves only with its factor (cuSolverMg's getrs takes ``CUBLAS_OP_N`` alone), ``1`` and
+        ``2`` first build the factor of ``A^T`` from ``A``'s, without refactoring: one
+        ``all_to_all`` of the factor and two more blocks of its size, transiently, per solve.
+      return_status: also return the status: 0, or ``k > 0`` when ``U[k-1, k-1]`` is exactly
+        zero (``x`` is then NaN).
+      T_A, mesh, in_specs, cyclic_1d, pad, relayout, backend: as for :func:`jaxmg.potrs`.
+      donate: with a matrix ``A``, give it up (eager calls): it is factored in its own buffer
+        and deleted (not for an :class:`LUFactor`, which is factored already).
+
+    Returns:
+      ``x`` with ``b``'s shape, replicated; with ``return_status``, ``(x, status)``.
+      Differentiable in ``A`` and ``b``; the derivative reuses the factor.
+    """
+    fn = "jaxmg.lu_solve"
+    _checks.keyword_only(fn, positional, "trans or return_status, e.g. return_status=True")
+    if trans not in _TRANS:
+        raise ValueError(f"{fn}: trans must be 0, 1, 2, 'N', 'T' or 'C', got {trans!r}.")
+    if isinstance(A, LUFactor):
+        if _donating(donate, fn):
+            raise ValueError(
+                f"{fn}: donate=True gives A's buffer to its factor, and this A is an LUFactor "
+                "already: donate the matrix in lu_factor(A, donate=True) instead."
+            )
+        factor = A
+    else:
+        spec_a = _checks.in_specs(in_specs, fn, ("A", "b"))[0]
+        factor = lu_factor(
+            A,
+            T_A,
+            mesh,
+            spec_a,
+            cyclic_1d=cyclic_1d,
+            pad=pad,
+            relayout=relayout,
+            backend=backend,
+            donate=donate,
+        )
+    shape = _solve_shape(factor, b, fn)
+    call = factor._call
+    x = _lu_solve_call(call, _TRANS[trans], shape, factor.factor, factor.pivots, factor.matrix, b)
+    return (x, factor.status) if return_status else x

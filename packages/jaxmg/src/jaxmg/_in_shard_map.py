@@ -1,0 +1,248 @@
+"""The public functions called inside a user's ``jax.shard_map``, on local blocks:
+``potrs_no_shardmap``, ``potri_no_shardmap``, ``syevd_no_shardmap`` and jaxmg 0.0.x's names
+for them (``*_shardmap_ctx``, blocks of rows).
+
+Each validates the local block and its arguments against the enclosing ``shard_map``'s mesh
+(:func:`_local_statics`, with the checks of :mod:`jaxmg._api`) and runs the local body of its
+routine (:mod:`jaxmg._local`) right there, in the caller's ``shard_map``: no program of its own.
+"""
+
+from __future__ import annotations
+
+from . import _checks, _geometry, _native
+from ._api import _layout, _statics
+from ._local import (
+    _hermitian_blocks_from_lower,
+    _potri_local,
+    _potrs_local,
+    _syevd_local,
+)
+
+# --- inside a user's shard_map --------------------------------------------------------------------
+
+
+def _local_statics(
+    a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, routine, fn, backend=None
+):
+    """Validate a local block and the arguments; the static arguments of the local bodies."""
+    backend = _checks.backend(backend, fn)
+    if sharded_by == "grid":
+        return _grid_local_statics(
+            a, T_A, cyclic_1d, axis_name, relayout, pad, routine, fn, backend
+        )
+    if sharded_by not in ("cols", "rows"):
+        raise ValueError(
+            f"{fn}: sharded_by must be 'cols', 'rows' or 'grid' (P(r, c), backend 'mp'), got "
+            f"{sharded_by!r}."
+        )
+    _checks.matrix_dtype(a, fn, argname="a")
+    T_A = _checks.tile_size(T_A, fn, cyclic_1d)
+    dim = 1 if sharded_by == "cols" else 0
+    n, width = int(a.shape[1 - dim]), int(a.shape[dim])
+
+    def fits(ndev):  # the axis this local block is split over
+        if n % ndev:
+            return False
+        if not cyclic_1d:
+            return width * ndev == n
+        return _checks.plan(n, ndev, T_A, fn).local_width == width
+
+    geometry = _geometry.from_abstract_mesh(
+        axis_name, sharded_by, fits, backend, fn, cyclic=bool(cyclic_1d)
+    )
+    if geometry.backend == "mp":
+        _native.load_mp(fn, geometry.platform)
+    layout = _layout(T_A, n, geometry, pad, routine, fn)
+    expected = layout.local_width if cyclic_1d else layout.shard_size
+    if width != expected:
+        raise ValueError(
+            f"{fn}: local block of shape {tuple(a.shape)} does not match N={n} over "
+            f"{geometry.ndev} devices along {geometry.axis!r}"
+            + (f" in the block-cyclic layout (width {expected})" if cyclic_1d else "")
+            + f"; expected {expected} {geometry.form} per device."
+        )
+    return _statics(layout.T_A, n, cyclic_1d, relayout, geometry, fn)
+
+
+def _grid_local_statics(a, T_A, cyclic_1d, axis_name, relayout, pad, routine, fn, backend):
+    """:func:`_local_statics` for the block ``[N/rows, N/cols]`` of a matrix sharded
+    ``P(r, c)``, ``axis_name=(r, c)``."""
+    if not (
+        isinstance(axis_name, (tuple, list))
+        and len(axis_name) == 2
+        and all(isinstance(name, str) for name in axis_name)
+    ):
+        raise ValueError(
+            f"{fn}: sharded_by='grid' needs axis_name=(r, c), the mesh axes of the process rows "
+            f"and columns of the enclosing shard_map; got axis_name={axis_name!r}."
+        )
+    if cyclic_1d:
+        raise ValueError(f"{fn}: cyclic_1d=True is a 1D layout; sharded_by='grid' takes blocks.")
+    _checks.matrix_dtype(a, fn, argname="a")
+    T_A = _checks.tile_size(T_A, fn)
+    geometry = _geometry.grid_from_abstract_mesh(tuple(axis_name), backend, fn)
+    _native.load_mp(fn, geometry.platform)
+    rows, cols = geometry.grid
+    n = int(a.shape[0]) * rows
+    if a.ndim != 2 or a.shape[1] * cols != n:
+        raise ValueError(
+            f"{fn}: local block of shape {tuple(a.shape)} is not one of a square matrix on the "
+            f"{rows} x {cols} grid {tuple(axis_name)}: expected [N/{rows}, N/{cols}]."
+        )
+    if routine == "potri" and rows != cols:
+        raise ValueError(
+            f"{fn}: on a {rows} x {cols} grid the blocks above the diagonal are not the "
+            "transposes of blocks below it, so potri_no_shardmap takes square grids only; call "
+            "jaxmg.potri on the global array instead."
+        )
+    tile = _checks.grid_plan(n, geometry.grid, T_A, pad, fn).tile
+    return _statics(tile, n, False, relayout, geometry, fn)
+
+
+def _potrs_blocks(a, b, statics):
+    """potrs on local blocks: ``b`` (``[N]`` or ``[N, nrhs]``) checked, ``x`` in its shape."""
+    n = statics["n"]
+    b_shape = _checks.rhs_shape(b, n, _checks.matrix_dtype(a, statics["fn"], "a"), statics["fn"])
+    x, status = _potrs_local(a, b.reshape(n, -1), **statics)
+    return x.reshape(b_shape), status
+
+
+def potrs_no_shardmap(
+    a,
+    b,
+    T_A=None,
+    *positional,
+    cyclic_1d=False,
+    axis_name=None,
+    sharded_by="cols",
+    pad=True,
+    relayout="native",
+    backend=None,
+):
+    """:func:`potrs` on local blocks, called inside the caller's ``jax.shard_map``.
+
+    Args:
+      a: this device's block of ``A``: ``[N, N/ndev]`` columns (``sharded_by="cols"``, the
+        default) or ``[N/ndev, N]`` rows (``sharded_by="rows"``); in the block-cyclic layout
+        when ``cyclic_1d``. Or, with ``sharded_by="grid"`` (backend ``"mp"``), its block
+        ``[N/rows, N/cols]`` of ``P(r, c)``, with ``axis_name=(r, c)``.
+      b: ``[N]`` or ``[N, nrhs]``, the same on every device.
+      T_A, pad, relayout, backend: as for :func:`potrs` (``backend="mp"``: the enclosing
+        ``shard_map``'s axis must hold one device of every process of the job).
+      axis_name: the mesh axis the blocks are split over; default: the one axis of the
+        enclosing ``shard_map`` whose size fits the block. For ``sharded_by="grid"``, the
+        pair ``(r, c)`` of the process rows' and columns' axes (required).
+
+    Returns:
+      ``(x, status)``: ``x`` like ``b``, the same on every device; ``status`` int32 ``[1]``
+      (0 or ``k > 0``, as in :func:`potrs`). Always returns the status.
+    """
+    fn = "jaxmg.potrs_no_shardmap"
+    _checks.keyword_only(fn, positional, "cyclic_1d (the original README's jaxmg)")
+    statics = _local_statics(
+        a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, "potrs", fn, backend
+    )
+    return _potrs_blocks(a, b, statics)
+
+
+def potri_no_shardmap(
+    a,
+    T_A=None,
+    *positional,
+    cyclic_1d=False,
+    axis_name=None,
+    sharded_by="cols",
+    pad=True,
+    relayout="native",
+    backend=None,
+):
+    """:func:`potri` on local blocks inside ``jax.shard_map``; returns ``(inverse_block, status)``.
+
+    The returned block is this device's block of the full Hermitian inverse, in the same form
+    (and layout) as ``a``; ``status`` int32 ``[1]``. Arguments as for
+    :func:`potrs_no_shardmap`; ``sharded_by="grid"`` takes square grids only.
+    """
+    fn = "jaxmg.potri_no_shardmap"
+    _checks.keyword_only(fn, positional, "cyclic_1d (the original README's jaxmg)")
+    statics = _local_statics(
+        a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, "potri", fn, backend
+    )
+    inv, status = _potri_local(a, **statics)
+    if statics["geometry"].form == "grid":  # the lower triangle: fill the upper one
+        inv = _hermitian_blocks_from_lower(inv, statics["geometry"])
+    return inv, status
+
+
+def syevd_no_shardmap(
+    a,
+    T_A=None,
+    *positional,
+    return_eigenvectors=True,
+    cyclic_1d=False,
+    axis_name=None,
+    sharded_by="cols",
+    pad=True,
+    relayout="native",
+    backend=None,
+):
+    """:func:`syevd` on local blocks inside ``jax.shard_map``.
+
+    Returns ``(w, v_block, status)`` with eigenvectors, else ``(w, status)``; ``w`` is the same
+    on every device, ``v_block`` this device's block of ``V`` in the same form as ``a``,
+    ``status`` int32 ``[1]``. Arguments as for :func:`potrs_no_shardmap`; a GPU tile over 1024
+    is lowered to 1024 with a ``UserWarning``.
+    """
+    fn = "jaxmg.syevd_no_shardmap"
+    _checks.keyword_only(fn, positional, "return_eigenvectors, e.g. return_eigenvectors=False")
+    statics = _local_statics(
+        a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, "syevd", fn, backend
+    )
+    return _syevd_local(a, vectors=bool(return_eigenvectors), **statics)
+
+
+# --- jaxmg 0.0.x's names for the functions inside shard_map ---------------------------------------
+
+
+def potrs_shardmap_ctx(
+    a, b, T_A=None, pad=True, *, axis_name=None, relayout="native", backend=None
+):
+    """jaxmg 0.0.x's :func:`potrs_no_shardmap`: ``a`` is this device's block of rows
+    ``[N/ndev, N]`` (``P(ax, None)``), inside the caller's ``jax.shard_map``.
+
+    Returns ``(x, status)`` as :func:`potrs_no_shardmap` does. ``axis_name`` (not in 0.0.x):
+    default the one axis of the enclosing ``shard_map`` whose size fits the block.
+    """
+    fn = "jaxmg.potrs_shardmap_ctx"
+    statics = _local_statics(a, T_A, False, axis_name, "rows", relayout, pad, "potrs", fn, backend)
+    return _potrs_blocks(a, b, statics)
+
+
+def potri_shardmap_ctx(a, T_A=None, pad=True, *, axis_name=None, relayout="native", backend=None):
+    """jaxmg 0.0.x's :func:`potri_no_shardmap` on a block of rows ``[N/ndev, N]``: returns
+    ``(inverse_rows, status)``, this device's rows of the full Hermitian inverse (0.0.x
+    returned only the upper triangle, for :func:`potri_symmetrize`, which leaves this
+    unchanged)."""
+    fn = "jaxmg.potri_shardmap_ctx"
+    statics = _local_statics(a, T_A, False, axis_name, "rows", relayout, pad, "potri", fn, backend)
+    return _potri_local(a, **statics)
+
+
+def syevd_shardmap_ctx(
+    a,
+    T_A=None,
+    return_eigenvectors=True,
+    pad=True,
+    *,
+    axis_name=None,
+    relayout="native",
+    backend=None,
+):
+    """jaxmg 0.0.x's :func:`syevd_no_shardmap` on a block of rows ``[N/ndev, N]``.
+
+    Returns ``(w, v_columns, status)``, or ``(w, status)`` without eigenvectors. As in 0.0.x,
+    ``v_columns`` is this device's block of columns of ``V``, ``[N, N/ndev]`` (``V[:, blk]``,
+    for ``out_specs=P(None, ax)``), which here costs no communication.
+    """
+    fn = "jaxmg.syevd_shardmap_ctx"
+    statics = _local_statics(a, T_A, False, axis_name, "rows", relayout, pad, "syevd", fn, backend)
+    return _syevd_local(a, vectors=bool(return_eigenvectors), v_columns=True, **statics)

@@ -198,7 +198,7 @@ def potrs(
       b: ``[N]`` or ``[N, nrhs]`` (any ``nrhs >= 1``), A's dtype; any sharding (it is
         replicated for the solve).
       T_A: column tile size of the block-cyclic layout, any positive int (``T_A >= N / ndev``
-        needs no relayout); ``None`` (default) chooses one for the platform (see the README:
+        needs no relayout); ``None`` (default) chooses one for the platform (docs/sharp-bits.md:
         ``N / ndev`` on CPU; on GPUs ``N / ndev`` up to 4096, else a tile of 256-4096; on a
         process grid ``min(N / rows, N / cols)``). On a solver axis of one device with the
         default ``backend``, JAX's dense solvers take ``A`` whole: ``T_A`` (and ``pad``,

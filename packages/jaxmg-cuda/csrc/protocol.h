@@ -68,6 +68,14 @@ struct Operands {
 ffi::Error Participate(const Operands& operands, Device& device, Backend& backend,
                        int max_participants);
 
+// The same, for participants that all share this process's memory (the CPU twin, `job` 0),
+// without waiting for the others (rendezvous.h, Meeting::Arrive): returns once this
+// participant has arrived; `done` gets its outcome, the same on every participant. The last
+// to arrive leads and does for everybody what each does on its own device in Participate:
+// allocate the workspaces, run the library, write every participant's outputs.
+void ParticipateWithoutWaiting(const Operands& operands, Device& device, Backend& backend,
+                               Completion done);
+
 // --- the steps both protocols share: the meetings of one process (protocol.cc) and the
 // segments of several (crossprocess.cc) ---------------------------------------------------
 

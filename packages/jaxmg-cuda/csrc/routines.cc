@@ -219,7 +219,7 @@ template <auto Build>
 struct Entry;
 template <typename... Args, Operands (*Build)(const Attrs&, Args&...)>
 struct Entry<Build> {
-  static ffi::Error Cpu(ffi::RunId run, Args... args, int64_t tile, Span device_ids,
+  static ffi::Future Cpu(ffi::RunId run, Args... args, int64_t tile, Span device_ids,
                         int64_t call_id, int64_t job, Span pids, Span to_cyclic, Span from_cyclic) {
     const Attrs at{tile, device_ids, call_id, job, pids, to_cyclic, from_cyclic};
     return RunOnCpu(Finish(Build(at, args...), at, run));

@@ -314,8 +314,8 @@ Outcome LeadInHostMemory(const Operands& o, const Problem& p, Device& dev, Backe
   for (size_t d = 0; d < slots.size(); ++d) {
     const int64_t bytes = AllocationBytes(p, d, library);
     if (bytes <= 0) continue;
-    Outcome r =
-        backend.AllocateOn(slots[d].device, static_cast<size_t>(bytes), &call.work[d], &workspaces[d]);
+    Outcome r = backend.AllocateOn(slots[d].device, static_cast<size_t>(bytes), &call.work[d],
+                                   &workspaces[d]);
     if (!r.ok)
       return Outcome::Fail(Cat(o.target, ": ", o.routine->name, " workspace of ", bytes,
                                " bytes at mesh position ", d, ": ", r.message));

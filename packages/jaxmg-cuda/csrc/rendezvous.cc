@@ -247,9 +247,10 @@ void Meeting::Arrive(Outcome own, Completion done, const std::function<Outcome()
   const Outcome outcome = failed_ ? Outcome::Fail(error_) : Outcome{};
   std::vector<Completion> waiting = std::move(waiting_);
   const uint64_t deadline = deadline_;
+  const auto deadline_at = deadline_at_;
   deadline_ = 0;
   lock.unlock();
-  if (deadline != 0) Deadlines::Get().Remove(deadline_at_, deadline);
+  if (deadline != 0) Deadlines::Get().Remove(deadline_at, deadline);
   CompleteAll(std::move(waiting), outcome);
   done(outcome);
 }

@@ -70,7 +70,7 @@ uint64_t ThreadToken() { return std::hash<std::thread::id>()(std::this_thread::g
 
 // The meeting of this call: its key, and the execution when the handler knows it.
 std::shared_ptr<Meeting> JoinMeeting(const Operands& o, int participants) {
-  return Registry::Get().Join(MeetingKey(o.target, o.device_ids, o.call_id, o.run_id),
+  return Registry::Get().Join(MeetingKey(o.target, o.device_ids, o.call_id, o.instance, o.run_id),
                               participants, o.run_id.has_value());
 }
 

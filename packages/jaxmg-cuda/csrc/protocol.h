@@ -41,6 +41,9 @@ struct Operands {
   int64_t tile = 0;                   // attr T_A
   ffi::Span<const int64_t> device_ids;  // attr device_ids (mesh order; its length = ndev)
   int64_t call_id = 0;                // attr call_id
+  // Which HLO instruction of call `call_id` this is (instance.h), the same on every
+  // participant of one instruction.
+  int64_t instance = 0;
   // XLA's RunId of this execution (ffi::RunId), the same for every device of one execution:
   // with it a meeting is exactly one call of one execution (rendezvous.h). Absent when the
   // handler does not bind it; the meeting is then identified by the key alone.

@@ -12,7 +12,6 @@ namespace jaxmg {
 // registered with an id already set keeps it (xla/ffi/ffi_api.cc, XLA_FFI_Type_Register).
 // The values ("jaxmg" and a number) stay far from the small ids XLA assigns.
 ffi::TypeId CpuInstance::id = {0x6a61786d6701};
-ffi::TypeId CudaInstance::id = {0x6a61786d6702};
 
 int64_t NextInstance(Family family, int64_t call_id) {
   static std::mutex mu;

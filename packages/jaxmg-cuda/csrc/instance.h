@@ -9,8 +9,9 @@
 // XLA calls a handler's instantiate stage once per instruction when it builds the executable,
 // keeps the state it returns with that instruction and passes it to every execution of the
 // instruction (ffi::State<T> in the execute binding): XLA:CPU in CustomCallThunk::Create
-// (xla/backends/cpu/runtime/custom_call_thunk.cc), XLA:GPU likewise
-// (xla/backends/gpu/runtime/custom_call_thunk.cc). The instantiate handler numbers the
+// (xla/backends/cpu/runtime/custom_call_thunk.cc). Only the CPU targets need it: XLA:CPU runs
+// a device's independent instructions in any order, XLA:GPU each GPU's in the program's
+// schedule (the CUDA targets take no instance: routines.cc). The instantiate handler numbers the
 // instructions of each call id in the order they are instantiated in this process: the k-th
 // gets `index` k, and the meeting key holds (call_id, index) (common.h, MeetingKey).
 //
@@ -45,12 +46,9 @@ struct Instance {
   int64_t index = 0;
 };
 
-// One state type per platform: XLA:CPU and the CUDA plugin each hold a registry of types
-// (jax.ffi.register_ffi_type); their ids are in instance.cc.
+// The state type, registered with XLA:CPU (jax.ffi.register_ffi_type); its id is in
+// instance.cc.
 struct CpuInstance : Instance {
-  static ffi::TypeId id;
-};
-struct CudaInstance : Instance {
   static ffi::TypeId id;
 };
 

@@ -72,18 +72,13 @@ PYBIND11_MODULE(_jaxmg_cuda, m) {
       "Backend 'mp' targets: ScaLAPACK's (CPU) or cuSOLVERMp's (cuda=True; none without CUDA).");
   m.def(
       "state_types",
-      [](bool cuda) {
+      [] {
         py::dict d;
-        if (cuda) {
-          d["jaxmg.CudaInstance"] = TypeRegistration<jaxmg::CudaInstance>();
-        } else {
-          d["jaxmg.CpuInstance"] = TypeRegistration<jaxmg::CpuInstance>();
-        }
+        d["jaxmg.CpuInstance"] = TypeRegistration<jaxmg::CpuInstance>();
         return d;
       },
-      py::arg("cuda") = false,
-      "The targets' state types (instance.h): name -> registration for "
-      "jax.ffi.register_ffi_type, on the CPU platform or (cuda=True) the CUDA one.");
+      "The CPU targets' state type (instance.h): name -> registration for "
+      "jax.ffi.register_ffi_type on the CPU platform.");
   m.def(
       "scalapack_missing", [] { return jaxmg::ScalapackMissing(); },
       "'' when ScaLAPACK and BLACS are loaded in this process, else the missing symbols.");

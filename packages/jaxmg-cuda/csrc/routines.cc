@@ -231,12 +231,15 @@ struct Entry<Build> {
     return RunOnCpu(Finish(Build(at, args...), at, *instance, run.run_id));
   }
 #ifdef JAXMG_WITH_CUDA
+  // No instance (instance.h): XLA:GPU runs each GPU's instructions one after another in the
+  // program's schedule, the same on every GPU, so the k-th arrival of a call id on each GPU is
+  // the same instruction.
   static ffi::Error Cuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator scratch,
-                         ffi::RunId run, CudaInstance* instance, Args... args, int64_t tile,
-                         Span device_ids, int64_t call_id, int64_t job, Span pids,
-                         Span to_cyclic, Span from_cyclic) {
+                         ffi::RunId run, Args... args, int64_t tile, Span device_ids,
+                         int64_t call_id, int64_t job, Span pids, Span to_cyclic,
+                         Span from_cyclic) {
     const Attrs at{tile, device_ids, call_id, job, pids, to_cyclic, from_cyclic};
-    return RunOnCuda(Finish(Build(at, args...), at, *instance, run.run_id), stream, ordinal,
+    return RunOnCuda(Finish(Build(at, args...), at, Instance{}, run.run_id), stream, ordinal,
                      scratch);
   }
 #endif
@@ -310,16 +313,12 @@ auto CudaContext() {
       .Ctx<ffi::PlatformStream<cudaStream_t>>()  // XLA's stream
       .Ctx<ffi::DeviceOrdinal>()                 // this GPU
       .Ctx<ffi::ScratchAllocator>()              // workspace
-      .Ctx<ffi::RunId>()                         // the execution
-      .Ctx<ffi::State<CudaInstance>>();          // the instruction (instance.h)
+      .Ctx<ffi::RunId>();                        // the execution
 }
 
 // The instantiate stage of each family and platform (instance.h).
 ffi::ErrorOr<std::unique_ptr<CpuInstance>> InstantiateCpu(ffi::Dictionary attrs) {
   return Instantiate<CpuInstance, Family::kMg>(std::move(attrs));
-}
-ffi::ErrorOr<std::unique_ptr<CudaInstance>> InstantiateCuda(ffi::Dictionary attrs) {
-  return Instantiate<CudaInstance, Family::kMg>(std::move(attrs));
 }
 ffi::ErrorOr<std::unique_ptr<CpuInstance>> InstantiateMpCpu(ffi::Dictionary attrs) {
   return Instantiate<CpuInstance, Family::kMp>(std::move(attrs));
@@ -332,10 +331,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgInstantiateCpu, jaxmg::InstantiateCpu,
                               xla::ffi::Ffi::BindInstantiate().Attrs());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgInstantiateMpCpu, jaxmg::InstantiateMpCpu,
                               xla::ffi::Ffi::BindInstantiate().Attrs());
-#ifdef JAXMG_WITH_CUDA
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgInstantiateCuda, jaxmg::InstantiateCuda,
-                              xla::ffi::Ffi::BindInstantiate().Attrs());
-#endif
 
 #define JAXMG_CPU_TARGET(Name)                                                    \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(Jaxmg##Name##Cpu, jaxmg::Entry<jaxmg::Name>::Cpu, \
@@ -406,12 +401,8 @@ const std::vector<Handlers>& AllHandlers() {
 
 std::vector<Target> Targets(bool cuda) {
   std::vector<Target> out;
-#ifdef JAXMG_WITH_CUDA
-  void* instantiate = cuda ? reinterpret_cast<void*>(JaxmgInstantiateCuda)
-                           : reinterpret_cast<void*>(JaxmgInstantiateCpu);
-#else
+  // CPU targets only: see Entry::Cuda.
   void* instantiate = cuda ? nullptr : reinterpret_cast<void*>(JaxmgInstantiateCpu);
-#endif
   for (const Handlers& h : AllHandlers()) {
     void* execute = cuda ? h.cuda : h.cpu;
     if (execute != nullptr) out.push_back({RoutineOf(h.op).target, instantiate, execute});

@@ -27,13 +27,10 @@ def _register_lapack() -> None:
 
 
 def _register_targets() -> None:
-    # The state types first: a target's instantiate stage makes one (csrc/instance.h).
+    # The state type first: a CPU target's instantiate stage makes one (csrc/instance.h).
     for name, registration in _jaxmg_cuda.state_types().items():
         jax.ffi.register_ffi_type(name, registration, platform="cpu")
-    if _jaxmg_cuda.cuda_targets():
-        for name, registration in _jaxmg_cuda.state_types(cuda=True).items():
-            jax.ffi.register_ffi_type(name, registration, platform="CUDA")
-    # Each target: {stage: capsule}, its instantiate and execute stages.
+    # Each target: {stage: capsule}, its instantiate (CPU only) and execute stages.
     for name, stages in _jaxmg_cuda.cpu_targets().items():
         jax.ffi.register_ffi_target(name, stages, platform="cpu")
     for name, stages in _jaxmg_cuda.cuda_targets().items():

@@ -105,11 +105,13 @@ inline std::string CheckLibrarySizes(int64_t n, int64_t local, int64_t tile, int
   return "";
 }
 
-// The key of a call's meeting: its device ids in mesh order plus the trace-time call id, and
-// XLA's RunId of the execution when the handler binds it (rendezvous.h).
+// The key of a call's meeting: its device ids in mesh order, the trace-time call id and the
+// instance, which of the HLO instructions of that call id this is (instance.h), and XLA's
+// RunId of the execution when the handler binds it (rendezvous.h).
 inline std::string MeetingKey(const char* target, ffi::Span<const int64_t> device_ids,
-                              int64_t call_id, std::optional<int64_t> run_id = std::nullopt) {
-  std::string key = Cat(target, "#", call_id, "[");
+                              int64_t call_id, int64_t instance,
+                              std::optional<int64_t> run_id = std::nullopt) {
+  std::string key = Cat(target, "#", call_id, ".", instance, "[");
   for (size_t i = 0; i < device_ids.size(); ++i) key += Cat(i ? "," : "", device_ids[i]);
   key += "]";
   if (run_id) key += Cat("@run", *run_id);

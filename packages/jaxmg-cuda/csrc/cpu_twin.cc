@@ -137,10 +137,29 @@ class CpuDevice final : public Device {
 
 }  // namespace
 
-ffi::Error RunOnCpu(const Operands& o) {
+ffi::Future RunOnCpu(const Operands& o) {
+  ffi::Promise promise;
+  ffi::Future future(promise);
   CpuDevice device;
   CpuBackend backend;
-  return Participate(o, device, backend, /*max_participants=*/0);
+  if (o.job != 0) {
+    // One participant per process (crossprocess.h): it waits on its own thread.
+    ffi::Error error = Participate(o, device, backend, /*max_participants=*/0);
+    if (error.success()) {
+      promise.SetAvailable();
+    } else {
+      promise.SetError(std::move(error));
+    }
+    return future;
+  }
+  ParticipateWithoutWaiting(o, device, backend, [promise](const Outcome& r) mutable {
+    if (r.ok) {
+      promise.SetAvailable();
+    } else {
+      promise.SetError(Fail(r.message));
+    }
+  });
+  return future;
 }
 
 }  // namespace jaxmg

@@ -436,7 +436,7 @@ ffi::Error JoinAcrossProcesses(const Operands& o, const Problem& p, Device& dev,
 
 ffi::Error AcrossProcesses(const Operands& o, const Problem& p, Device& dev, Backend& backend,
                            int32_t position, std::string error) {
-  const std::string call = MeetingKey(o.target, o.device_ids, o.call_id);
+  const std::string call = MeetingKey(o.target, o.device_ids, o.call_id, o.instance);
   const int64_t sequence = NextSequence(call);  // on every path: the processes stay in step
   if (position < 0 || position >= static_cast<int32_t>(o.device_ids.size()) ||
       o.pids.size() != o.device_ids.size()) {

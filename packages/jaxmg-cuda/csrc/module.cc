@@ -6,6 +6,7 @@
 
 #include "common.h"
 #include "crossprocess.h"
+#include "instance.h"
 #include "lapack_twin.h"
 #include "rendezvous.h"
 #include "routines.h"
@@ -26,31 +27,58 @@ py::capsule Capsule(Fn* fn) {
   return py::capsule(reinterpret_cast<void*>(fn));
 }
 
+// jax.ffi.register_ffi_target's handler: a dict of each stage's capsule.
+py::dict Stages(const jaxmg::Target& t) {
+  py::dict d;
+  if (t.instantiate != nullptr) d["instantiate"] = Capsule(t.instantiate);
+  d["execute"] = Capsule(t.execute);
+  return d;
+}
+
+py::dict TargetDict(const std::vector<jaxmg::Target>& targets) {
+  py::dict d;
+  for (const jaxmg::Target& t : targets) d[t.name.c_str()] = Stages(t);
+  return d;
+}
+
+// jax.ffi.register_ffi_type's registration of a state type.
+template <typename T>
+py::dict TypeRegistration() {
+  static XLA_FFI_TypeInfo info = xla::ffi::MakeTypeInfo<T>();
+  py::dict d;
+  d["type_id"] = py::capsule(static_cast<void*>(&T::id));
+  d["type_info"] = py::capsule(static_cast<void*>(&info));
+  return d;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_jaxmg_cuda, m) {
   m.doc() = "jaxmg native targets: cuSolverMg (CUDA) and its LAPACK twin (CPU)";
-  m.def("cpu_targets", [] {
-    py::dict d;
-    for (const auto& [name, handler] : jaxmg::Targets(/*cuda=*/false)) d[name] = Capsule(handler);
-    d["jaxmg_probe"] = Capsule(JaxmgProbeCpu);
-    return d;
-  });
-  m.def("cuda_targets", [] {
-    py::dict d;
-    for (const auto& [name, handler] : jaxmg::Targets(/*cuda=*/true)) d[name] = Capsule(handler);
-    return d;
-  });
   m.def(
-      "mp_targets",
-      [](bool cuda) {
-        py::dict d;
-        for (const auto& [name, handler] : jaxmg::MpTargets(cuda))
-          d[name.c_str()] = Capsule(handler);
+      "cpu_targets",
+      [] {
+        py::dict d = TargetDict(jaxmg::Targets(/*cuda=*/false));
+        d["jaxmg_probe"] = Capsule(JaxmgProbeCpu);
         return d;
       },
+      "The CPU twin's targets: name -> {stage: capsule} for jax.ffi.register_ffi_target.");
+  m.def(
+      "cuda_targets", [] { return TargetDict(jaxmg::Targets(/*cuda=*/true)); },
+      "The cuSolverMg targets (none without CUDA), as cpu_targets.");
+  m.def(
+      "mp_targets", [](bool cuda) { return TargetDict(jaxmg::MpTargets(cuda)); },
       py::arg("cuda") = false,
       "Backend 'mp' targets: ScaLAPACK's (CPU) or cuSOLVERMp's (cuda=True; none without CUDA).");
+  m.def(
+      "state_types",
+      [] {
+        py::dict d;
+        d["jaxmg.CpuInstance"] = TypeRegistration<jaxmg::CpuInstance>();
+        return d;
+      },
+      "The CPU targets' state type (instance.h): name -> registration for "
+      "jax.ffi.register_ffi_type on the CPU platform.");
   m.def(
       "scalapack_missing", [] { return jaxmg::ScalapackMissing(); },
       "'' when ScaLAPACK and BLACS are loaded in this process, else the missing symbols.");

@@ -10,8 +10,9 @@
 
 namespace jaxmg {
 
-// The CPU twin (cpu_twin.cc): LAPACK on the leader's thread.
-ffi::Error RunOnCpu(const Operands& operands);
+// The CPU twin (cpu_twin.cc): LAPACK on the leader's thread. Asynchronous: the future
+// completes once the leader is done (protocol.h, ParticipateWithoutWaiting).
+ffi::Future RunOnCpu(const Operands& operands);
 
 // cuSolverMg (cuda_targets.cc): this participant's GPU `ordinal`, on XLA's `stream`.
 ffi::Error RunOnCuda(const Operands& operands, cudaStream_t stream, int32_t ordinal,

@@ -70,7 +70,7 @@ uint64_t ThreadToken() { return std::hash<std::thread::id>()(std::this_thread::g
 
 // The meeting of this call: its key, and the execution when the handler knows it.
 std::shared_ptr<Meeting> JoinMeeting(const Operands& o, int participants) {
-  return Registry::Get().Join(MeetingKey(o.target, o.device_ids, o.call_id, o.run_id),
+  return Registry::Get().Join(MeetingKey(o.target, o.device_ids, o.call_id, o.instance, o.run_id),
                               participants, o.run_id.has_value());
 }
 
@@ -295,6 +295,76 @@ ffi::Error Participate(const Operands& o, Device& dev, Backend& backend, int max
   // 5. Outputs on this device.
   r = WriteOutputs(o, p, dev, meeting->info, meeting->host_result);
   return r.ok ? ffi::Error::Success() : Fail(r.message);
+}
+
+namespace {
+
+// The leader of ParticipateWithoutWaiting, for everybody: Participate's steps 2 to 5 with
+// every position's buffers in this process's memory.
+Outcome LeadInHostMemory(const Operands& o, const Problem& p, Device& dev, Backend& backend,
+                         Meeting& meeting) {
+  const std::vector<Slot> slots = meeting.Slots();  // in mesh order
+  if (Outcome same = SameSignatures(o.target, slots); !same.ok) return same;
+  MgCall call = MakeCall(o, p, slots);
+  std::vector<int64_t> library;
+  if (Outcome r = backend.WorkspaceBytes(call, &library); !r.ok) return r;
+  if (library.size() != slots.size())
+    return Outcome::Fail(std::string(o.target) + ": internal error: workspace sizes per position");
+  std::vector<Keep> workspaces(slots.size());  // freed when the leader is done
+  for (size_t d = 0; d < slots.size(); ++d) {
+    const int64_t bytes = AllocationBytes(p, d, library);
+    if (bytes <= 0) continue;
+    Outcome r = backend.AllocateOn(slots[d].device, static_cast<size_t>(bytes), &call.work[d],
+                                   &workspaces[d]);
+    if (!r.ok)
+      return Outcome::Fail(Cat(o.target, ": ", o.routine->name, " workspace of ", bytes,
+                               " bytes at mesh position ", d, ": ", r.message));
+  }
+  call.work_bytes = library;
+  int32_t info = 0;
+  std::vector<unsigned char> w_host;
+  if (Outcome r = RunLibrary(o, p, backend, call, &w_host, &info); !r.ok) return r;
+  // Each position's outputs, as that participant would write them (Participate, step 5). The
+  // call's shape is everybody's (SameSignatures); only the buffers and the position differ.
+  for (size_t d = 0; d < slots.size(); ++d) {
+    Operands theirs = o;
+    theirs.a_out = slots[d].a;
+    theirs.x_out = slots[d].b;
+    theirs.w_out = slots[d].w;
+    theirs.status_out = slots[d].status;
+    Problem where = p;
+    where.position = static_cast<int64_t>(d);
+    if (Outcome r = WriteOutputs(theirs, where, dev, info, w_host); !r.ok) return r;
+  }
+  return {};
+}
+
+}  // namespace
+
+void ParticipateWithoutWaiting(const Operands& o, Device& dev, Backend& backend,
+                               Completion done) {
+  Problem p;
+  int32_t position = -1;
+  std::string error = Prepare(o, dev, /*max_participants=*/0, &p, &position);
+  const int ndev = static_cast<int>(std::max<size_t>(o.device_ids.size(), 1));
+  DelayForTests(position);
+  std::shared_ptr<Meeting> meeting = JoinMeeting(o, ndev);
+  Outcome own = error.empty() ? Outcome{} : Outcome::Fail(error);
+  Slot slot;
+  slot.device = dev.ordinal();
+  slot.a = o.a_out;
+  slot.b = o.x_out;
+  slot.ipiv = o.ipiv;
+  slot.w = o.w_out;
+  slot.status = o.status_out;
+  slot.thread = ThreadToken();
+  slot.signature = Signature(p);
+  if (own.ok && !meeting->Claim(position, slot)) {
+    own = Outcome::Fail(std::string(o.target) + ": two participants claim mesh position " +
+                        std::to_string(position) + " of call " + meeting->key());
+  }
+  meeting->Arrive(own, std::move(done),
+                  [&] { return LeadInHostMemory(o, p, dev, backend, *meeting); });
 }
 
 }  // namespace jaxmg

@@ -41,6 +41,9 @@ struct Operands {
   int64_t tile = 0;                   // attr T_A
   ffi::Span<const int64_t> device_ids;  // attr device_ids (mesh order; its length = ndev)
   int64_t call_id = 0;                // attr call_id
+  // Which HLO instruction of call `call_id` this is (instance.h), the same on every
+  // participant of one instruction.
+  int64_t instance = 0;
   // XLA's RunId of this execution (ffi::RunId), the same for every device of one execution:
   // with it a meeting is exactly one call of one execution (rendezvous.h). Absent when the
   // handler does not bind it; the meeting is then identified by the key alone.
@@ -67,6 +70,14 @@ struct Operands {
 // participants are processes (crossprocess.h) instead of threads of this process.
 ffi::Error Participate(const Operands& operands, Device& device, Backend& backend,
                        int max_participants);
+
+// The same, for participants that all share this process's memory (the CPU twin, `job` 0),
+// without waiting for the others (rendezvous.h, Meeting::Arrive): returns once this
+// participant has arrived; `done` gets its outcome, the same on every participant. The last
+// to arrive leads and does for everybody what each does on its own device in Participate:
+// allocate the workspaces, run the library, write every participant's outputs.
+void ParticipateWithoutWaiting(const Operands& operands, Device& device, Backend& backend,
+                               Completion done);
 
 // --- the steps both protocols share: the meetings of one process (protocol.cc) and the
 // segments of several (crossprocess.cc) ---------------------------------------------------

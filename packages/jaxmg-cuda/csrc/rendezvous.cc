@@ -1,7 +1,12 @@
 #include "rendezvous.h"
 
+#include <pthread.h>
+
 #include <cstdlib>
+#include <deque>
 #include <sstream>
+#include <thread>
+#include <utility>
 
 namespace jaxmg {
 
@@ -71,20 +76,196 @@ Outcome Meeting::Phase(int phase, Outcome own, const std::function<Outcome()>& l
     }
     if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !done_[phase] &&
         !failed_ && arrived_[phase] < n_) {
-      std::ostringstream message;
-      message << "jaxmg: timed out after " << seconds << " s (JAXMG_TIMEOUT_S) waiting for the "
-              << "participants of call " << key_ << " at phase " << phase << ": "
-              << arrived_[phase] << " of " << n_ << " arrived. Every device of the mesh axis "
-              << "must run the call; the participant count comes from the mesh.";
       failed_ = true;
-      error_ = message.str();
+      error_ = TimeoutMessage(seconds, arrived_[phase], " at phase " + std::to_string(phase));
       cv_.notify_all();
       lock.unlock();
       Registry::Get().Retire(shared_from_this());
-      return Outcome::Fail(message.str());
+      return Outcome::Fail(error_);
     }
   }
   return failed_ ? Outcome::Fail(error_) : Outcome{};
+}
+
+std::string Meeting::TimeoutMessage(double seconds, int arrived, const std::string& where) const {
+  std::ostringstream message;
+  message << "jaxmg: timed out after " << seconds << " s (JAXMG_TIMEOUT_S) waiting for the "
+          << "participants of call " << key_ << where << ": " << arrived << " of " << n_
+          << " arrived. Every device of the mesh axis must run the call; the participant count "
+          << "comes from the mesh.";
+  return message.str();
+}
+
+// --- Arrive(): threads for the others' completions, and the arrival deadlines ---------------
+
+namespace {
+
+// The pool of RunAlone: `idle_` threads wait for a task; a task finding none starts a new
+// thread. Never destroyed: its threads may outlive exit.
+class Alone {
+ public:
+  static Alone& Get() {
+    static auto* pool = new Alone();
+    return *pool;
+  }
+
+  void Run(std::function<void()> task) {
+    std::lock_guard<std::mutex> lock(mu_);
+    tasks_.push_back(std::move(task));
+    if (idle_ > 0) {
+      --idle_;
+      cv_.notify_one();
+    } else {
+      std::thread([this] { Work(); }).detach();
+    }
+  }
+
+ private:
+  void Work() {
+    pthread_setname_np(pthread_self(), "jaxmg-continue");
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait(lock, [this] { return !tasks_.empty(); });
+      std::function<void()> task = std::move(tasks_.front());
+      tasks_.pop_front();
+      lock.unlock();
+      task();
+      lock.lock();
+      ++idle_;
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+  int idle_ = 0;
+};
+
+// Completes the others' arrivals, each on a thread of its own.
+void CompleteAll(std::vector<Completion> waiting, const Outcome& outcome) {
+  for (Completion& done : waiting) {
+    RunAlone([done = std::move(done), outcome] { done(outcome); });
+  }
+}
+
+}  // namespace
+
+void RunAlone(std::function<void()> task) { Alone::Get().Run(std::move(task)); }
+
+// The arrival deadlines of Arrive(): one thread sleeps until the earliest and expires the
+// meetings whose deadline passed. Never destroyed, like the registry.
+class Deadlines {
+ public:
+  static Deadlines& Get() {
+    static auto* deadlines = new Deadlines();
+    return *deadlines;
+  }
+
+  uint64_t Add(const std::shared_ptr<Meeting>& meeting, std::chrono::steady_clock::time_point at) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!started_) {
+      std::thread([this] { Watch(); }).detach();
+      started_ = true;
+    }
+    const uint64_t id = ++last_;
+    entries_.emplace(Entry{at, id}, meeting);
+    cv_.notify_all();
+    return id;
+  }
+
+  void Remove(std::chrono::steady_clock::time_point at, uint64_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    entries_.erase(Entry{at, id});
+  }
+
+ private:
+  using Entry = std::pair<std::chrono::steady_clock::time_point, uint64_t>;
+
+  void Watch() {
+    pthread_setname_np(pthread_self(), "jaxmg-deadlines");
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      if (entries_.empty()) {
+        cv_.wait(lock);
+        continue;
+      }
+      const auto first = entries_.begin();
+      if (std::chrono::steady_clock::now() < first->first.first) {
+        cv_.wait_until(lock, first->first.first);
+        continue;
+      }
+      std::weak_ptr<Meeting> meeting = first->second;
+      entries_.erase(first);
+      lock.unlock();
+      if (std::shared_ptr<Meeting> m = meeting.lock()) m->Expire();
+      lock.lock();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<Entry, std::weak_ptr<Meeting>> entries_;
+  uint64_t last_ = 0;
+  bool started_ = false;
+};
+
+void Meeting::Arrive(Outcome own, Completion done, const std::function<Outcome()>& leader) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!own.ok && !failed_) {
+    failed_ = true;
+    error_ = own.message;
+  }
+  ++arrivals_;
+  if (failed_) {
+    std::vector<Completion> waiting = std::move(waiting_);
+    const Outcome failure = Outcome::Fail(error_);
+    lock.unlock();
+    CompleteAll(std::move(waiting), failure);
+    done(failure);
+    return;
+  }
+  if (arrivals_ < n_) {
+    waiting_.push_back(std::move(done));
+    if (arrivals_ == 1) {
+      seconds_ = TimeoutSeconds();
+      deadline_at_ = std::chrono::steady_clock::now() +
+                     std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                         std::chrono::duration<double>(seconds_));
+      deadline_ = Deadlines::Get().Add(shared_from_this(), deadline_at_);
+    }
+    return;
+  }
+  // Everyone is here: this participant leads. The others' buffers stay valid: their
+  // futures are not complete.
+  lock.unlock();
+  Outcome result = leader();
+  lock.lock();
+  if (!result.ok && !failed_) {
+    failed_ = true;
+    error_ = result.message;
+  }
+  const Outcome outcome = failed_ ? Outcome::Fail(error_) : Outcome{};
+  std::vector<Completion> waiting = std::move(waiting_);
+  const uint64_t deadline = deadline_;
+  const auto deadline_at = deadline_at_;
+  deadline_ = 0;
+  lock.unlock();
+  if (deadline != 0) Deadlines::Get().Remove(deadline_at, deadline);
+  CompleteAll(std::move(waiting), outcome);
+  done(outcome);
+}
+
+void Meeting::Expire() {
+  std::unique_lock<std::mutex> lock(mu_);
+  deadline_ = 0;
+  if (failed_ || arrivals_ == n_) return;  // failed already, or the leader is at work
+  failed_ = true;
+  error_ = TimeoutMessage(seconds_, arrivals_, "");
+  std::vector<Completion> waiting = std::move(waiting_);
+  const Outcome failure = Outcome::Fail(error_);
+  lock.unlock();
+  Registry::Get().Retire(shared_from_this());
+  CompleteAll(std::move(waiting), failure);
 }
 
 Registry& Registry::Get() {

@@ -19,6 +19,20 @@
 //     several times (a loop, a function called twice): every participant runs them in the same
 //     order, and a meeting leaves the registry once all have joined, so the next one is new.
 //     Nothing depends on which thread serves which device.
+//
+// Two ways to meet. Phase() blocks each participant's thread until the phase completes: the
+// CUDA path and the cross-process path, where each participant must act on its own device or
+// in its own process between phases. Arrive() never blocks: the CPU twin, whose participants
+// all share this process's memory, so that the leader can do everything for everybody. It
+// must not block: XLA:CPU runs a program's independent operations (a jaxmg call, an XLA
+// all-to-all) concurrently on one pool of threads, each device in an order of its own
+// (xla/backends/cpu/runtime/thunk_executor.cc), and XLA's collectives block their threads
+// until every device has joined. A participant that blocked while waiting for the others
+// could hold a thread another device needs to reach this call, while the others wait for it
+// in an XLA collective; XLA then aborts the process (its rendezvous' 40 s termination
+// timeout). The pool has a thread per device (or per core, if more), enough for XLA's own
+// collectives, which every device runs in one program order; jaxmg's calls are not in that
+// order. With Arrive() a participant's handler returns an unfinished ffi::Future instead.
 #ifndef JAXMG_RENDEZVOUS_H_
 #define JAXMG_RENDEZVOUS_H_
 
@@ -43,6 +57,8 @@ struct Slot {
   void* b = nullptr;           // rhs: this device's copy of B (the `x` result buffer)
   void* ipiv = nullptr;        // pivots: this device's [L] int32 (getrf, getrs)
   void* workspace = nullptr;   // this device's workspace (phase 1)
+  void* w = nullptr;           // eigenvalues: this device's `w` result (Arrive() only)
+  int32_t* status = nullptr;   // this device's status result (Arrive() only)
   uint64_t thread = 0;         // a token of the publishing thread (diagnostics only)
   std::string signature;       // the call's shape as this participant sees it
 };
@@ -55,6 +71,9 @@ struct Outcome {
 };
 
 double TimeoutSeconds();  // JAXMG_TIMEOUT_S, default 60
+
+// Called exactly once with the outcome of a participant's call (Meeting::Arrive).
+using Completion = std::function<void(const Outcome&)>;
 
 class Meeting : public std::enable_shared_from_this<Meeting> {
  public:
@@ -77,6 +96,18 @@ class Meeting : public std::enable_shared_from_this<Meeting> {
   // passes.
   Outcome Phase(int phase, Outcome own, const std::function<Outcome()>& leader);
 
+  // Arrive without waiting (see the file comment; a meeting uses Phase() or Arrive(), never
+  // both). The last to arrive runs `leader` for everybody, with the others' buffers still
+  // theirs to use: XLA keeps them until their futures complete. Then every participant's
+  // `done` gets the outcome (`own` failures and the leader's reach everybody): the caller's
+  // own `done` on the caller's thread before Arrive returns, the others' each on a thread of
+  // its own (RunAlone), since a participant's continuation is the rest of its device's
+  // program, which may block in an XLA collective until the others' continuations reach it.
+  // A participant that arrives after the meeting failed gets the error at once. The arrival
+  // deadline starts with the first arrival; when it passes, every participant that arrived
+  // gets the timeout error and the meeting is retired.
+  void Arrive(Outcome own, Completion done, const std::function<Outcome()>& leader);
+
   // What a phase's leader computes for everybody. Written by the leader only while it leads,
   // read by the others only after the phase completed (the meeting's mutex orders the two).
   std::vector<int64_t> workspace_bytes;  // per mesh position
@@ -95,7 +126,21 @@ class Meeting : public std::enable_shared_from_this<Meeting> {
   std::map<int, bool> done_;            // phase -> leader finished
   bool failed_ = false;
   std::string error_;
+  // Arrive(): arrivals so far, and the completions of those still waiting for the outcome.
+  int arrivals_ = 0;
+  std::vector<Completion> waiting_;
+  double seconds_ = 0;     // the arrival deadline: JAXMG_TIMEOUT_S at the first arrival
+  std::chrono::steady_clock::time_point deadline_at_;  // and when it passes
+  uint64_t deadline_ = 0;  // its entry in Deadlines (rendezvous.cc); 0: none
+
+  friend class Deadlines;
+  void Expire();  // the arrival deadline of Arrive() passed
+  std::string TimeoutMessage(double seconds, int arrived, const std::string& where) const;
 };
+
+// Runs `task` at once on a thread that runs nothing else meanwhile: an idle thread of a pool
+// that grows as needed, never a queue behind another task.
+void RunAlone(std::function<void()> task);
 
 // Hands out the open meeting of a call; a meeting leaves the registry once full (all
 // participants joined) or when it times out, so the next run of the same call gets a new one.

@@ -5,12 +5,15 @@
 #include "routines.h"
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #ifdef JAXMG_WITH_CUDA
 #include "cusolvermp.h"
 #endif
+#include "instance.h"
 #include "platforms.h"
 #include "protocol.h"
 #include "scalapack.h"
@@ -56,12 +59,14 @@ struct Attrs {
   Span from_cyclic;
 };
 
-Operands Finish(Operands o, const Attrs& at, ffi::RunId run) {
+Operands Finish(Operands o, const Attrs& at, const Instance& instance,
+                std::optional<int64_t> run_id) {
+  o.instance = instance.index;
   o.job = at.job;
   o.pids = at.pids;
   o.to_cyclic = at.to_cyclic;
   o.from_cyclic = at.from_cyclic;
-  o.run_id = run.run_id;
+  o.run_id = run_id;
   return o;
 }
 
@@ -219,33 +224,42 @@ template <auto Build>
 struct Entry;
 template <typename... Args, Operands (*Build)(const Attrs&, Args&...)>
 struct Entry<Build> {
-  static ffi::Error Cpu(ffi::RunId run, Args... args, int64_t tile, Span device_ids,
-                        int64_t call_id, int64_t job, Span pids, Span to_cyclic, Span from_cyclic) {
+  static ffi::Future Cpu(ffi::RunId run, CpuInstance* instance, Args... args, int64_t tile,
+                         Span device_ids, int64_t call_id, int64_t job, Span pids,
+                         Span to_cyclic, Span from_cyclic) {
     const Attrs at{tile, device_ids, call_id, job, pids, to_cyclic, from_cyclic};
-    return RunOnCpu(Finish(Build(at, args...), at, run));
+    return RunOnCpu(Finish(Build(at, args...), at, *instance, run.run_id));
   }
 #ifdef JAXMG_WITH_CUDA
+  // No instance (instance.h): XLA:GPU runs each GPU's instructions one after another in the
+  // program's schedule, the same on every GPU, so the k-th arrival of a call id on each GPU is
+  // the same instruction.
   static ffi::Error Cuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator scratch,
                          ffi::RunId run, Args... args, int64_t tile, Span device_ids,
                          int64_t call_id, int64_t job, Span pids, Span to_cyclic,
                          Span from_cyclic) {
     const Attrs at{tile, device_ids, call_id, job, pids, to_cyclic, from_cyclic};
-    return RunOnCuda(Finish(Build(at, args...), at, run), stream, ordinal, scratch);
+    return RunOnCuda(Finish(Build(at, args...), at, Instance{}, run.run_id), stream, ordinal,
+                     scratch);
   }
 #endif
   // Attribute `blocks` of a call whose caller discards the result that replaces `a`.
   static constexpr int64_t kBlocksDiscard = 2;
   // Backend "mp": the grid instead of the devices, the processes and the moves; `position` is
   // the flat grid position.
-  static ffi::Error Mp(Args... args, int64_t tile, int64_t n, Span grid, int64_t blocks,
-                       int64_t call_id) {
+  static ffi::Error Mp(CpuInstance* instance, Args... args, int64_t tile, int64_t n, Span grid,
+                       int64_t blocks, int64_t call_id) {
     const Attrs at{tile, Span(), call_id, 0, Span(), Span(), Span()};
     if (grid.size() != 2) return Fail("grid must be (rows, cols)");
-    return RunOnScalapack(Build(at, args...),
+    Operands o = Build(at, args...);
+    o.instance = instance->index;
+    return RunOnScalapack(o,
                           MpGrid{n, grid[0], grid[1], blocks != 0, blocks != kBlocksDiscard});
   }
 #ifdef JAXMG_WITH_CUDA
   // Backend "mp" on GPUs: cuSOLVERMp over the NCCL communicator of `nccl_id` (cusolvermp.h).
+  // It takes no instance: its calls meet nothing in the process, and NCCL orders them as each
+  // GPU's stream runs them, in the order of the program's schedule, the same on every GPU.
   static ffi::Error MpCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator scratch,
                            Args... args, int64_t tile, int64_t n, Span grid, int64_t blocks,
                            int64_t call_id, Span nccl_id) {
@@ -281,8 +295,12 @@ auto WithAttrs(B b) {
       .template Attr<Span>("from_cyclic");
 }
 
-auto CpuContext() { return ffi::Ffi::Bind().Ctx<ffi::RunId>(); }
-auto MpContext() { return ffi::Ffi::Bind(); }
+auto CpuContext() {
+  return ffi::Ffi::Bind()
+      .Ctx<ffi::RunId>()                     // the execution
+      .Ctx<ffi::State<CpuInstance>>();       // the instruction (instance.h)
+}
+auto MpContext() { return ffi::Ffi::Bind().Ctx<ffi::State<CpuInstance>>(); }
 auto MpCudaContext() {
   return ffi::Ffi::Bind()
       .Ctx<ffi::PlatformStream<cudaStream_t>>()  // XLA's stream
@@ -298,8 +316,21 @@ auto CudaContext() {
       .Ctx<ffi::RunId>();                        // the execution
 }
 
+// The instantiate stage of each family and platform (instance.h).
+ffi::ErrorOr<std::unique_ptr<CpuInstance>> InstantiateCpu(ffi::Dictionary attrs) {
+  return Instantiate<CpuInstance, Family::kMg>(std::move(attrs));
+}
+ffi::ErrorOr<std::unique_ptr<CpuInstance>> InstantiateMpCpu(ffi::Dictionary attrs) {
+  return Instantiate<CpuInstance, Family::kMp>(std::move(attrs));
+}
+
 }  // namespace
 }  // namespace jaxmg
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgInstantiateCpu, jaxmg::InstantiateCpu,
+                              xla::ffi::Ffi::BindInstantiate().Attrs());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgInstantiateMpCpu, jaxmg::InstantiateMpCpu,
+                              xla::ffi::Ffi::BindInstantiate().Attrs());
 
 #define JAXMG_CPU_TARGET(Name)                                                    \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(Jaxmg##Name##Cpu, jaxmg::Entry<jaxmg::Name>::Cpu, \
@@ -368,20 +399,24 @@ const std::vector<Handlers>& AllHandlers() {
 
 }  // namespace
 
-std::vector<std::pair<const char*, void*>> Targets(bool cuda) {
-  std::vector<std::pair<const char*, void*>> out;
+std::vector<Target> Targets(bool cuda) {
+  std::vector<Target> out;
+  // CPU targets only: see Entry::Cuda.
+  void* instantiate = cuda ? nullptr : reinterpret_cast<void*>(JaxmgInstantiateCpu);
   for (const Handlers& h : AllHandlers()) {
-    void* handler = cuda ? h.cuda : h.cpu;
-    if (handler != nullptr) out.emplace_back(RoutineOf(h.op).target.c_str(), handler);
+    void* execute = cuda ? h.cuda : h.cpu;
+    if (execute != nullptr) out.push_back({RoutineOf(h.op).target, instantiate, execute});
   }
   return out;
 }
 
-std::vector<std::pair<std::string, void*>> MpTargets(bool cuda) {
-  std::vector<std::pair<std::string, void*>> out;
+std::vector<Target> MpTargets(bool cuda) {
+  std::vector<Target> out;
+  void* instantiate = cuda ? nullptr : reinterpret_cast<void*>(JaxmgInstantiateMpCpu);
   for (const Handlers& h : AllHandlers()) {
-    void* handler = cuda ? h.mp_cuda : h.mp_cpu;
-    if (handler != nullptr) out.emplace_back("jaxmg_mp_" + RoutineOf(h.op).name, handler);
+    void* execute = cuda ? h.mp_cuda : h.mp_cpu;
+    if (execute != nullptr)
+      out.push_back({"jaxmg_mp_" + RoutineOf(h.op).name, instantiate, execute});
   }
   return out;
 }

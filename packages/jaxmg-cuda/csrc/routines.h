@@ -83,12 +83,19 @@ struct Routine {
 const std::vector<Routine>& Routines();
 const Routine& RoutineOf(Op op);
 
-// Every routine's FFI target: (name, handler) for the CPU twin, or for CUDA (none when built
-// without CUDA).
-std::vector<std::pair<const char*, void*>> Targets(bool cuda);
-// Backend "mp": (name, handler), jaxmg_mp_<name>, on CPUs (ScaLAPACK over MPI, scalapack.h) or
-// on CUDA (cuSOLVERMp over NCCL, cusolvermp.h; none when built without CUDA).
-std::vector<std::pair<std::string, void*>> MpTargets(bool cuda);
+// An FFI target: its name and the handlers of its stages (XLA_FFI_Handler*), `instantiate`
+// (instance.h) or nullptr for none.
+struct Target {
+  std::string name;
+  void* instantiate;
+  void* execute;
+};
+
+// Every routine's FFI target for the CPU twin, or for CUDA (none when built without CUDA).
+std::vector<Target> Targets(bool cuda);
+// Backend "mp": jaxmg_mp_<name>, on CPUs (ScaLAPACK over MPI, scalapack.h) or on CUDA
+// (cuSOLVERMp over NCCL, cusolvermp.h; none when built without CUDA).
+std::vector<Target> MpTargets(bool cuda);
 
 }  // namespace jaxmg
 

@@ -4,13 +4,15 @@
 // Order. ScaLAPACK's routines are collectives: every process of a grid must enter the same
 // routine in the same order. XLA:CPU runs independent operations of one program concurrently,
 // so two independent jaxmg calls of one program may start in different orders on different
-// processes. Before each call the processes agree on it: each proposes the smallest trace-time
-// call id it has waiting (a program's ids are the same on every process, since every process
-// traces the same program) and one BLACS max-reduction over every process tells them whether
-// they all proposed the same. If not, a process whose proposal was larger than another's
-// steps back until a smaller call of its own arrives, and the processes with the smallest
-// proposal ask again. The smallest id present anywhere only grows, so they converge; a call
-// runs only when every process proposed it. A wait for a call to arrive in this process has
+// processes. Before each call the processes agree on it: each proposes the smallest call it
+// has waiting, by (trace-time call id, instance) in lexicographic order (a program's ids are
+// the same on every process, since every process traces the same program; the instance tells
+// apart the HLO instructions of one call id and is the same on every process too, instance.h),
+// and one BLACS max-reduction over every process tells them whether they all proposed the
+// same. If not, a process whose proposal was larger than another's steps back until a smaller
+// call of its own arrives, and the processes with the smallest proposal ask again. The
+// smallest proposal present anywhere only grows, so they converge; a call runs only when every
+// process proposed it. A wait for a call to arrive in this process has
 // the deadline of every jaxmg wait (JAXMG_TIMEOUT_S). A wait inside MPI has none: a process
 // that dies makes `mpiexec` end the job.
 #include "scalapack.h"
@@ -27,6 +29,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common.h"
@@ -116,6 +119,9 @@ Int Numroc(Int n, Int nb, Int p, Int procs) {
 
 // --- grids and the order of calls ------------------------------------------------------------
 
+// A call's place in the order of calls: (trace-time call id, instance), lexicographic.
+using CallOrder = std::pair<int64_t, int64_t>;
+
 class Engine {
  public:
   static Engine& Get() {
@@ -123,17 +129,17 @@ class Engine {
     return *engine;
   }
 
-  // Runs `fn` once every process agreed on call `id` (file comment); `fn` gets the BLACS
-  // context of the grid, built on first use.
   // How many times a call of this process stepped back for a smaller one (for the tests).
   int64_t StepBacks() {
     std::lock_guard<std::mutex> lock(mu_);
     return step_backs_;
   }
 
+  // Runs `fn` once every process agreed on call `id` (file comment); `fn` gets the BLACS
+  // context of the grid, built on first use.
   template <typename Fn>
-  Outcome Run(int64_t id, const MpGrid& grid, int64_t position, Fn&& fn) {
-    MpLateForTests(id);
+  Outcome Run(CallOrder id, const MpGrid& grid, int64_t position, Fn&& fn) {
+    MpLateForTests(id.first);
     std::unique_lock<std::mutex> lock(mu_);
     waiting_.insert(id);
     ++changes_;
@@ -147,9 +153,9 @@ class Engine {
       }
       busy_ = true;
       lock.unlock();
-      int64_t smallest = 0, largest = 0;
-      out = Agree(id, &smallest, &largest);
-      if (out.ok && smallest == id && largest == id) {
+      Proposals proposals;
+      out = Agree(id, &proposals);
+      if (out.ok && proposals.Unanimous()) {
         Int context = -1;
         out = GridContext(grid, position, &context);
         if (out.ok) out = fn(context);
@@ -162,8 +168,9 @@ class Engine {
       if (!out.ok) break;
       // Another process proposed a smaller call: step back until this process's waiting calls
       // change (that one arrives here and goes first). Ours was the smallest: ask again.
-      stepped_back_at = smallest < id ? changes_ : kNever;
-      step_backs_ += smallest < id ? 1 : 0;
+      const bool smaller = proposals.SmallerThan(id);
+      stepped_back_at = smaller ? changes_ : kNever;
+      step_backs_ += smaller ? 1 : 0;
       cv_.notify_all();
     }
     waiting_.erase(waiting_.find(id));
@@ -196,7 +203,8 @@ class Engine {
   // Until no other call of this process runs, `id` is the smallest waiting one, and (after a
   // step back) something changed. Fails after JAXMG_TIMEOUT_S without any progress here; a
   // call of this process running the library is progress, however long it takes.
-  Outcome WaitForTurn(std::unique_lock<std::mutex>& lock, int64_t id, uint64_t stepped_back_at) {
+  Outcome WaitForTurn(std::unique_lock<std::mutex>& lock, CallOrder id,
+                      uint64_t stepped_back_at) {
     auto ready = [&] { return !busy_ && *waiting_.begin() == id && changes_ != stepped_back_at; };
     const auto timeout = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
         std::chrono::duration<double>(TimeoutSeconds()));
@@ -206,32 +214,52 @@ class Engine {
       if (!busy_ && changes_ == progress) {
         return Outcome::Fail(
             "timed out after " + std::to_string(TimeoutSeconds()) + " s (JAXMG_TIMEOUT_S) " +
-            "waiting for the call the other processes run first (a trace-time call id below " +
-            std::to_string(id) + ") to start in this process: do all processes run the same " +
-            "program?");
+            "waiting for the call the other processes run first (before trace-time call id " +
+            std::to_string(id.first) + ", instance " + std::to_string(id.second) +
+            ") to start in this process: do all processes run the same program?");
       }
       progress = changes_;
     }
     return {};
   }
 
-  // The largest and smallest proposal over every process: one max-reduction of
-  // (id, kTop - id).
-  Outcome Agree(int64_t id, int64_t* smallest, int64_t* largest) {
+  // The proposals of every process, each part of (call id, instance) on its own: its largest
+  // and smallest value over every process.
+  struct Proposals {
+    int64_t largest[2] = {0, 0};
+    int64_t smallest[2] = {0, 0};
+    bool Unanimous() const { return largest[0] == smallest[0] && largest[1] == smallest[1]; }
+    // Whether some process proposed a call before `id`: a smaller call id, or, when every
+    // process proposed `id`'s call id, a smaller instance.
+    bool SmallerThan(CallOrder id) const {
+      if (smallest[0] != id.first) return smallest[0] < id.first;
+      return largest[0] == id.first && smallest[1] < id.second;
+    }
+  };
+
+  // One max-reduction over every process of (id, kTop - id) for each part of `id`.
+  Outcome Agree(CallOrder id, Proposals* out) {
     Int world = -1;
     {
       std::lock_guard<std::mutex> lock(world_mu_);
       if (Outcome r = World(&world); !r.ok) return r;
     }
-    // BLACS's "max" is the largest *absolute* value: keep both entries non-negative.
+    // BLACS's "max" is the largest *absolute* value: keep every entry non-negative.
     constexpr Int kTop = std::numeric_limits<Int>::max() / 2;
-    if (id < 0 || id > kTop) return Outcome::Fail("call id out of range");
-    Int values[2] = {static_cast<Int>(id), kTop - static_cast<Int>(id)};
-    Int two = 2, one = 1, flag = -1, all = -1, none = 0;
-    Typed<Igamx2d>("igamx2d_")(&world, "A", " ", &two, &one, values, &two, nullptr, nullptr, &flag,
-                               &all, &none);
-    *largest = values[0];
-    *smallest = kTop - values[1];
+    const int64_t parts[2] = {id.first, id.second};
+    Int values[4];
+    for (int i = 0; i < 2; ++i) {
+      if (parts[i] < 0 || parts[i] > kTop) return Outcome::Fail("call id out of range");
+      values[2 * i] = static_cast<Int>(parts[i]);
+      values[2 * i + 1] = kTop - static_cast<Int>(parts[i]);
+    }
+    Int four = 4, one = 1, flag = -1, all = -1, none = 0;
+    Typed<Igamx2d>("igamx2d_")(&world, "A", " ", &four, &one, values, &four, nullptr, nullptr,
+                               &flag, &all, &none);
+    for (int i = 0; i < 2; ++i) {
+      out->largest[i] = values[2 * i];
+      out->smallest[i] = kTop - values[2 * i + 1];
+    }
     return {};
   }
 
@@ -286,7 +314,7 @@ class Engine {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::multiset<int64_t> waiting_;
+  std::multiset<CallOrder> waiting_;
   bool busy_ = false;
   uint64_t changes_ = 0;  // arrivals and departures of this process's calls
   int64_t step_backs_ = 0;
@@ -542,7 +570,8 @@ ffi::Error RunOnScalapack(const Operands& o, const MpGrid& g) {
     std::memcpy(o.x_out, o.b->untyped_data(), o.b->size_bytes());
 
   Int info = 0;
-  Outcome out = Engine::Get().Run(o.call_id, g, *o.position, [&](Int context) -> Outcome {
+  const CallOrder order{o.call_id, o.instance};
+  Outcome out = Engine::Get().Run(order, g, *o.position, [&](Int context) -> Outcome {
     Local l{};
     l.n = static_cast<Int>(g.n);
     l.tile = static_cast<Int>(o.tile);

@@ -52,8 +52,9 @@ ffi::Error ProbeCpu(ffi::RunId run, ffi::Buffer<ffi::S32> position,
                     ffi::Result<ffi::Buffer<ffi::S32>> out, ffi::Span<const int64_t> device_ids,
                     int64_t call_id) {
   const int ndev = static_cast<int>(std::max<size_t>(device_ids.size(), 1));
-  auto meeting = Registry::Get().Join(MeetingKey("jaxmg_probe", device_ids, call_id, run.run_id),
-                                      ndev, /*exact=*/true);
+  auto meeting = Registry::Get().Join(
+      MeetingKey("jaxmg_probe", device_ids, call_id, /*instance=*/0, run.run_id), ndev,
+      /*exact=*/true);
   const int32_t pos = position.typed_data()[0];
   Slot slot;
   slot.thread = std::hash<std::thread::id>()(std::this_thread::get_id());

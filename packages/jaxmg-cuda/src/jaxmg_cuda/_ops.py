@@ -11,7 +11,9 @@ import numpy as np
 from . import _jaxmg_cuda, _libraries
 
 # A new id per traced call: the handlers of one call meet under (device ids, call id), so
-# two calls in one program never meet each other.
+# two calls in one program never meet each other. The HLO instructions one traced call may
+# become (a jitted function called twice in one program) are told apart at run time by their
+# instance (csrc/instance.h).
 _call_ids = itertools.count(1)
 
 
@@ -25,10 +27,14 @@ def _register_lapack() -> None:
 
 
 def _register_targets() -> None:
-    for name, capsule in _jaxmg_cuda.cpu_targets().items():
-        jax.ffi.register_ffi_target(name, capsule, platform="cpu")
-    for name, capsule in _jaxmg_cuda.cuda_targets().items():
-        jax.ffi.register_ffi_target(name, capsule, platform="CUDA")
+    # The state type first: a CPU target's instantiate stage makes one (csrc/instance.h).
+    for name, registration in _jaxmg_cuda.state_types().items():
+        jax.ffi.register_ffi_type(name, registration, platform="cpu")
+    # Each target: {stage: capsule}, its instantiate (CPU only) and execute stages.
+    for name, stages in _jaxmg_cuda.cpu_targets().items():
+        jax.ffi.register_ffi_target(name, stages, platform="cpu")
+    for name, stages in _jaxmg_cuda.cuda_targets().items():
+        jax.ffi.register_ffi_target(name, stages, platform="CUDA")
     if _jaxmg_cuda.has_cuda():
         _jaxmg_cuda.set_cuda_library_dirs(_libraries.candidate_dirs())
 

@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _jaxmg_cuda
+from . import _ops as _ops  # registers the state type of the CPU targets' instantiate stage
 
 # A new id per traced call, the same on every process (they trace the same program): the
 # processes agree on the order of calls by it (csrc/scalapack.cc).
@@ -59,10 +60,11 @@ _handles: list = []
 
 
 def _register_targets() -> None:
-    for name, capsule in _jaxmg_cuda.mp_targets().items():
-        jax.ffi.register_ffi_target(name, capsule, platform="cpu")
-    for name, capsule in _jaxmg_cuda.mp_targets(cuda=True).items():
-        jax.ffi.register_ffi_target(name, capsule, platform="CUDA")
+    # Each target: {stage: capsule}; _ops registered the CPU state type (csrc/instance.h).
+    for name, stages in _jaxmg_cuda.mp_targets().items():
+        jax.ffi.register_ffi_target(name, stages, platform="cpu")
+    for name, stages in _jaxmg_cuda.mp_targets(cuda=True).items():
+        jax.ffi.register_ffi_target(name, stages, platform="CUDA")
 
 
 _register_targets()

@@ -842,6 +842,7 @@ def test_mp_on_gpus_is_opt_in_and_refuses_what_cusolvermp_lacks(fake_cuda):
     out. Each in a process of its own: the libraries are opened once per process."""
     if not jaxmg_cuda.has_cuda_support():
         pytest.skip("jaxmg_cuda was built without CUDA support")
+    pytest.importorskip("jaxmg", reason="calls jaxmg (nox -s tsan installs jaxmg-cuda alone)")
 
     def run(folder, opt_in):
         env = dict(os.environ, JAX_PLATFORMS="cpu")

@@ -29,11 +29,9 @@ Two kinds of cell cannot work, and the test asserts the error the user gets inst
   ``jax.jit(jax.grad(...))`` work in those cells, and are checked there.
 
 Cost: double precision only (test_autodiff.py covers complex dtypes and the routes), ``N = 4``
-per device. Under ``jit`` each derivative of each routine is a program of its own. All routines
-and derivatives in one program stalled with 4 devices on a 2-core machine: two devices waited
-in an XLA ``all-to-all`` for the two others, which were in an independent native call, and XLA
-aborted the process after 40 s (jax 0.10.2; a hazard of the CPU engine's blocking meeting next
-to XLA's collectives, not of the derivatives). Runs with 1, 2 and 4 devices.
+per device; under ``jit`` each derivative of each routine is a program of its own (one program
+holding all of them is tests/api/test_repeated_calls.py's concern). Runs with 1, 2 and 4
+devices.
 """
 
 import contextlib

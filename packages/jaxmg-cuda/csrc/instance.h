@@ -26,6 +26,7 @@
 #ifndef JAXMG_INSTANCE_H_
 #define JAXMG_INSTANCE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 
@@ -43,7 +44,11 @@ enum class Family { kMg, kMp };
 int64_t NextInstance(Family family, int64_t call_id);
 
 struct Instance {
-  int64_t index = 0;
+  // Set once by the instantiate stage on XLA's compiler thread, read by every execution on
+  // XLA's run threads: XLA orders the two, in code ThreadSanitizer cannot see, so the field
+  // is atomic to say so.
+  std::atomic<int64_t> index{0};
+  int64_t Index() const { return index.load(std::memory_order_acquire); }
 };
 
 // The state type, registered with XLA:CPU (jax.ffi.register_ffi_type); its id is in
@@ -59,7 +64,7 @@ ffi::ErrorOr<std::unique_ptr<T>> Instantiate(ffi::Dictionary attrs) {
   ffi::ErrorOr<int64_t> call_id = attrs.get<int64_t>("call_id");
   if (call_id.has_error()) return ffi::Unexpected<ffi::Error>(call_id.error());
   auto state = std::make_unique<T>();
-  state->index = NextInstance(family, call_id.value());
+  state->index.store(NextInstance(family, call_id.value()), std::memory_order_release);
   return state;
 }
 

@@ -231,6 +231,29 @@ Outcome RunLibrary(const Operands& o, const Problem& p, Backend& backend, MgCall
 }
 
 
+namespace {
+
+// Fills `slot` with this participant's buffers and the call's shape as it sees it, and claims
+// its mesh position with it. The outcome so far: `error` (from Prepare), or a position that
+// another participant claimed already.
+Outcome ClaimPosition(const Operands& o, const Problem& p, Device& dev, int32_t position,
+                      const std::string& error, Meeting& meeting, Slot* slot) {
+  slot->device = dev.ordinal();
+  slot->a = o.a_out;
+  slot->b = o.x_out;
+  slot->ipiv = o.ipiv;
+  slot->w = o.w_out;
+  slot->status = o.status_out;
+  slot->thread = ThreadToken();
+  slot->signature = Signature(p);
+  if (!error.empty()) return Outcome::Fail(error);
+  if (meeting.Claim(position, *slot)) return {};
+  return Outcome::Fail(std::string(o.target) + ": two participants claim mesh position " +
+                       std::to_string(position) + " of call " + meeting.key());
+}
+
+}  // namespace
+
 ffi::Error Participate(const Operands& o, Device& dev, Backend& backend, int max_participants) {
   // 1. Check, and bring the inputs into the result buffers (XLA normally aliases them).
   Problem p;
@@ -242,18 +265,8 @@ ffi::Error Participate(const Operands& o, Device& dev, Backend& backend, int max
   const int ndev = static_cast<int>(std::max<size_t>(o.device_ids.size(), 1));
   DelayForTests(position);
   std::shared_ptr<Meeting> meeting = JoinMeeting(o, ndev);
-  Outcome own = error.empty() ? Outcome{} : Outcome::Fail(error);
   Slot slot;
-  slot.device = dev.ordinal();
-  slot.a = o.a_out;
-  slot.b = o.x_out;
-  slot.ipiv = o.ipiv;
-  slot.thread = ThreadToken();
-  slot.signature = Signature(p);
-  if (own.ok && !meeting->Claim(position, slot)) {
-    own = Outcome::Fail(std::string(o.target) + ": two participants claim mesh position " +
-                        std::to_string(position) + " of call " + meeting->key());
-  }
+  Outcome own = ClaimPosition(o, p, dev, position, error, *meeting, &slot);
   Outcome r = meeting->Phase(0, own, [&] {
     const std::vector<Slot> slots = meeting->Slots();
     if (Outcome same = SameSignatures(o.target, slots); !same.ok) return same;
@@ -349,20 +362,8 @@ void ParticipateWithoutWaiting(const Operands& o, Device& dev, Backend& backend,
   const int ndev = static_cast<int>(std::max<size_t>(o.device_ids.size(), 1));
   DelayForTests(position);
   std::shared_ptr<Meeting> meeting = JoinMeeting(o, ndev);
-  Outcome own = error.empty() ? Outcome{} : Outcome::Fail(error);
   Slot slot;
-  slot.device = dev.ordinal();
-  slot.a = o.a_out;
-  slot.b = o.x_out;
-  slot.ipiv = o.ipiv;
-  slot.w = o.w_out;
-  slot.status = o.status_out;
-  slot.thread = ThreadToken();
-  slot.signature = Signature(p);
-  if (own.ok && !meeting->Claim(position, slot)) {
-    own = Outcome::Fail(std::string(o.target) + ": two participants claim mesh position " +
-                        std::to_string(position) + " of call " + meeting->key());
-  }
+  Outcome own = ClaimPosition(o, p, dev, position, error, *meeting, &slot);
   meeting->Arrive(own, std::move(done),
                   [&] { return LeadInHostMemory(o, p, dev, backend, *meeting); });
 }

@@ -61,7 +61,7 @@ struct Attrs {
 
 Operands Finish(Operands o, const Attrs& at, const Instance& instance,
                 std::optional<int64_t> run_id) {
-  o.instance = instance.index;
+  o.instance = instance.Index();
   o.job = at.job;
   o.pids = at.pids;
   o.to_cyclic = at.to_cyclic;
@@ -252,7 +252,7 @@ struct Entry<Build> {
     const Attrs at{tile, Span(), call_id, 0, Span(), Span(), Span()};
     if (grid.size() != 2) return Fail("grid must be (rows, cols)");
     Operands o = Build(at, args...);
-    o.instance = instance->index;
+    o.instance = instance->Index();
     return RunOnScalapack(o,
                           MpGrid{n, grid[0], grid[1], blocks != 0, blocks != kBlocksDiscard});
   }

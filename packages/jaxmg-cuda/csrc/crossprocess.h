@@ -14,6 +14,12 @@
 // processes agreed on through jax.distributed (two jobs on one node never meet), `sequence`
 // counts the runs of one call in this process (every process of a job runs the same calls
 // in the same order). Segments are created O_EXCL with mode 0600.
+//
+// A participant waits here on its own thread, as a participant of the in-process meeting
+// once did (rendezvous.h, Arrive). With one device per process it can starve no other device
+// of that process; but nothing puts jaxmg's calls and XLA's cross-process collectives in one
+// order, so a program in which the processes start an independent jaxmg call and an XLA
+// collective in different orders would wait until the deadline. Not seen; not tested.
 #ifndef JAXMG_CROSSPROCESS_H_
 #define JAXMG_CROSSPROCESS_H_
 

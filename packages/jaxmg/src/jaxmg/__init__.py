@@ -3,7 +3,8 @@
 ``potrs`` (solve with a Hermitian positive definite matrix, optionally with its log
 determinant), ``potri`` (its inverse), ``syevd`` (Hermitian eigendecomposition),
 ``cho_factor``/``cho_solve`` (a Cholesky factor reused over many solves) and
-``lu_factor``/``lu_solve`` (general square systems, LU with partial pivoting) on a matrix sharded
+``lu_factor``/``lu_solve`` (general square systems, LU with partial pivoting), and ``svd``,
+``polar``, ``lstsq`` and ``qr`` composed of them, on a matrix sharded
 over the devices of one node, from eagerly executed code, ``jax.jit`` and ``jax.shard_map``, all
 differentiable (``jax.grad``, ``jvp``, ``vjp``). On GPUs the work is done by cuSolverMg; on CPU
 devices by a LAPACK twin that runs the same multi-device machinery; on a mesh axis of one device,
@@ -32,6 +33,8 @@ checks it, and that the list names every module of the package):
 - ``_programs``: the ``jax.shard_map`` programs, one per native routine.
 - ``_derivatives``: every derivative rule, the jitted calls that run them, the factor objects.
 - ``_api``: the public functions on global arrays, their checks and ``donate=``.
+- ``_decompositions``: ``svd``, ``polar``, ``lstsq`` and ``qr``, composed of ``_api``'s
+  routines and sharded products.
 - ``_in_shard_map``: the public functions inside a user's ``shard_map`` (``*_no_shardmap``,
   ``*_shardmap_ctx``).
 - ``_multinode``: ``host_mesh`` and ``gather_to_hosts``.
@@ -94,6 +97,21 @@ from ._compat import (
 )
 from ._compat import (
     verify_cyclic as verify_cyclic,
+)
+from ._decompositions import (
+    gesvd as gesvd,
+)
+from ._decompositions import (
+    lstsq as lstsq,
+)
+from ._decompositions import (
+    polar as polar,
+)
+from ._decompositions import (
+    qr as qr,
+)
+from ._decompositions import (
+    svd as svd,
 )
 from ._derivatives import (
     CholeskyFactor as CholeskyFactor,

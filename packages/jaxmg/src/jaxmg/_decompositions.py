@@ -1,0 +1,627 @@
+"""svd, polar, lstsq and qr of a sharded matrix, composed of jaxmg's own distributed routines.
+
+Neither cuSolverMg nor its LAPACK twin has an SVD or a QR, so these are built from what the
+engines do run, with XLA's sharded products between the calls, on every backend and platform
+the routines they call run on:
+
+- ``svd``: the Hermitian eigenproblem of the Jordan-Wielandt matrix ``B = [[0, A], [A^H, 0]]``
+  (``syevd`` of ``M + N`` columns). Its eigenvalues are ``±σ_i`` (and ``|M - N|`` zeros), the
+  eigenvector of ``+σ_i`` is ``(u_i; v_i) / sqrt(2)``. ``syevd`` is backward stable, so the
+  singular values carry LAPACK's absolute error (``O(ε ||A||)``) whatever the condition number,
+  and each singular vector the error of its gap, as ``gesvd``'s. The price: ``8x`` the
+  eigensolver's work of an ``N x N`` problem, and a matrix of ``(M + N)^2`` elements.
+- ``polar``: ``U = U_s Vh``, ``H = V diag(s) Vh`` from the SVD.
+- ``lstsq``: the pseudo-inverse of the SVD, singular values below ``rcond * s[0]`` dropped
+  (``jnp.linalg.lstsq``'s rule).
+- ``qr``: shifted CholeskyQR3 (Fukaya, Kannan, Nakatsukasa, Yamamoto, Yanagisawa 2020): a
+  Cholesky factor of the shifted Gram matrix ``A^H A + s I`` (``cho_factor``) makes ``Q_1 = A
+  R_1^{-1}`` well enough conditioned for two CholeskyQR steps to finish; each ``A R^{-1}`` is one
+  LU solve with ``R^H`` (``lu_solve``). Full column rank ``A`` with ``cond(A)`` up to about
+  ``1 / ε``; beyond, the Cholesky factorisation fails, and the status says so.
+
+On a solver axis of one device with the default backend they are JAX's own
+(``jnp.linalg.svd``, ``qr``, ``lstsq``, ``jax.scipy.linalg.polar``), with JAX's derivatives.
+
+Derivatives: each composition is one jitted function under a ``custom_jvp`` rule, JAX's rules
+for ``svd`` (distinct singular values, ``full_matrices=False``) and ``qr`` (``M >= N``) written
+with the same sharded products; ``polar`` and ``lstsq`` differentiate through the SVD, as
+``jnp.linalg.lstsq`` does.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import PartitionSpec as P
+
+from . import _api, _checks, _geometry
+from ._local import _explicit, _placed
+
+_HIGHEST = jax.lax.Precision.HIGHEST
+
+
+def _mm(a, b):
+    return jnp.matmul(a, b, precision=_HIGHEST)
+
+
+def _h(a):
+    return jnp.conj(a).T
+
+
+# --- where A lives --------------------------------------------------------------------------------
+
+
+def _where(A, mesh, in_specs, backend, fn):
+    """Checks before any device work: ``A``'s type and shape, the sharding it is solved on."""
+    dtype = _checks.matrix_dtype(A, fn)
+    _checks.backend(backend, fn)
+    (spec,) = _checks.in_specs(in_specs, fn, ("A",))
+    geometry = _geometry.resolve(A, mesh, spec, backend=backend, fn=fn)
+    if geometry.form == "grid":
+        raise ValueError(
+            f"{fn}: A sharded over a process grid P(r, c) is not supported yet; shard it by "
+            "rows P(ax, None) or by columns P(None, ax) of one mesh axis."
+        )
+    m, n = A.shape
+    sharded = m if geometry.form == "rows" else n
+    if sharded % geometry.ndev:
+        raise ValueError(
+            f"{fn}: A of shape {(m, n)} is sharded by {geometry.form} over {geometry.ndev} "
+            f"devices of axis {geometry.axis!r}, which does not divide {sharded}."
+        )
+    if min(m, n) == 0:
+        raise ValueError(f"{fn}: A must have at least one row and one column, got {(m, n)}.")
+    return geometry, dtype
+
+
+def _spec(geometry):
+    return P(geometry.axis, None) if geometry.form == "rows" else P(None, geometry.axis)
+
+
+def _like_a(geometry, shape):
+    """The sharding of a result of ``shape`` that goes "like ``A``": over the same axis and
+    dimension where the device count divides it, else replicated."""
+    dim = shape[0] if geometry.form == "rows" else shape[1]
+    return _spec(geometry) if dim % geometry.ndev == 0 else _REPLICATED
+
+
+_REPLICATED = P(None, None)
+
+
+def _engine(geometry):
+    """The backend the composed routines ask for (``None`` leaves the choice to them)."""
+    return geometry.backend if geometry.backend in ("mg", "mp") else None
+
+
+def _glue(geometry, out_specs, f, *args):
+    """``f(*args)`` (the products, slices and concatenations between two solver calls) placed
+    by XLA's partitioner, its results sharded as ``out_specs`` says. On Explicit axes every
+    operation's operands would have to agree on their shardings already: there ``f`` runs
+    with the axes Auto (``jax.sharding.auto_axes``)."""
+    mesh = geometry.mesh
+    if _explicit(mesh, _spec(geometry)):
+        abstract = mesh.abstract_mesh if isinstance(mesh, jax.sharding.Mesh) else mesh
+        with jax.sharding.use_abstract_mesh(abstract):
+            return jax.sharding.auto_axes(f, out_sharding=out_specs)(*args)
+    out = f(*args)
+    return jax.tree.map(
+        lambda x, spec: _placed(x, mesh, spec), out, out_specs, is_leaf=lambda x: x is None
+    )
+
+
+# --- svd: the Jordan-Wielandt eigenproblem
+
+
+def _jordan_wielandt(a, pad):
+    """``B = [[0, A], [A^H, 0]]``, padded with ``pad`` rows and columns whose diagonal lies
+    below ``-2 ||A||_F``, so that their eigenvectors (unit vectors) come first and never mix
+    with ``A``'s."""
+    m, n = a.shape
+    top = jnp.concatenate([jnp.zeros((m, m), a.dtype), a], axis=1)
+    bottom = jnp.concatenate([_h(a), jnp.zeros((n, n), a.dtype)], axis=1)
+    b = jnp.concatenate([top, bottom], axis=0)
+    if pad:
+        norm = jnp.linalg.norm(a)
+        below = -jnp.where(norm > 0, 2 * norm, 1).astype(a.dtype)
+        diagonal = jnp.concatenate([jnp.zeros(m + n, a.dtype), jnp.full(pad, below)])
+        b = jnp.pad(b, ((0, pad), (0, pad))) + jnp.diag(diagonal)
+    return b
+
+
+def _singular_pairs(w, v, *, m, n, pad, full):
+    """``U``, ``s``, ``Vh`` from the eigenpairs of the Jordan-Wielandt matrix, ascending: the
+    padding's, ``-σ`` (``K`` of them), ``|M - N|`` zeros, ``+σ`` (``K``)."""
+    k = min(m, n)
+    positive = v[:, pad + m + n - k :][:, ::-1]
+    s = jnp.maximum(w[pad + m + n - k :][::-1], 0)
+    u, vv = positive[:m], positive[m : m + n]
+    # Singular values at rounding level of s[0] (a rank-deficient A): their vectors are any
+    # of a null space the eigensolver mixes freely, and are left out of the polishing.
+    determined = s > max(m, n) * jnp.finfo(s.dtype).eps * s[0]
+    u, vv = _orthonormal(u, determined), _orthonormal(vv, determined)
+    if full and m > n:  # the zeros' eigenvectors are (u; 0), u spanning range(A)'s complement
+        u = jnp.concatenate([u, v[:m, pad + k : pad + m]], axis=1)
+    if full and n > m:
+        vv = jnp.concatenate([vv, v[m : m + n, pad + k : pad + n]], axis=1)
+    return u, s, _h(vv)
+
+
+def _orthonormal(x, determined):
+    """Columns scaled to unit norm, then two Newton-Schulz steps ``X (3 I - X^H X) / 2`` on
+    the ``determined`` ones.
+
+    An eigenvector of ``+σ`` that the eigensolver mixed with the one of ``-σ`` (a gap of
+    ``2σ``, tiny for a small ``σ``) still has its ``u`` and ``v`` halves parallel to the true
+    ones, only not of norm ``1/sqrt(2)``: the scaling undoes that. Mixing with the other pairs
+    leaves ``X^H X`` off the identity by ``O(ε ||A|| / gap)``, which each step squares. The
+    other columns take no part (zero columns stay zero in the steps), so that they cannot
+    spoil the determined ones."""
+    norms = jnp.linalg.norm(x, axis=0, keepdims=True)
+    x = x / jnp.where(norms > 0, norms, 1).astype(x.dtype)
+    kept = jnp.where(determined[None, :], x, 0)
+    eye = jnp.eye(x.shape[1], dtype=x.dtype)
+    for _ in range(2):
+        kept = kept + _mm(kept, eye - _mm(_h(kept), kept)) / 2
+    return jnp.where(determined[None, :], kept, x)
+
+
+def _svd_specs(geometry, u_shape, vh_shape):
+    """Where ``U``, ``s``, ``Vh`` (and their tangents) go: ``U`` and ``Vh`` like ``A``."""
+    return _like_a(geometry, u_shape), P(None), _like_a(geometry, vh_shape)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _svd_program(geometry, T_A, full, a):
+    """``(U, s, Vh, status)`` of ``a`` (``full``: ``U`` is ``M x M`` and ``Vh`` ``N x N``)."""
+    m, n = a.shape
+    k = min(m, n)
+    pad = -(m + n) % geometry.ndev
+    b = _glue(geometry, _spec(geometry), functools.partial(_jordan_wielandt, pad=pad), a)
+    w, v, status = _api.syevd(
+        b,
+        T_A=T_A,
+        mesh=geometry.mesh,
+        in_specs=_spec(geometry),
+        return_status=True,
+        backend=_engine(geometry),
+    )
+    specs = _svd_specs(geometry, (m, m if full else k), (n if full else k, n))
+    pairs = functools.partial(_singular_pairs, m=m, n=n, pad=pad, full=full)
+    u, s, vh = _glue(geometry, specs, pairs, w, v)
+    return u, s, vh, status
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _svd(geometry, T_A, a):
+    return _svd_program(geometry, T_A, False, a)
+
+
+@_svd.defjvp
+def _svd_jvp(geometry, T_A, primals, tangents):
+    (a,), (da,) = primals, tangents
+    u, s, vh, status = _svd(geometry, T_A, a)
+    specs = _svd_specs(geometry, u.shape, vh.shape)
+    du, ds, dvh = _glue(geometry, specs, _svd_tangents, u, s, vh, da)
+    return (u, s, vh, status), (du, ds, dvh, np.zeros(status.shape, jax.dtypes.float0))
+
+
+def _svd_tangents(u, s, vh, da):
+    """JAX's rule for ``jnp.linalg.svd(a, full_matrices=False)`` (distinct singular values)."""
+    m, n = da.shape
+    v = _h(vh)
+    ds_full = _mm(_mm(_h(u), da), v)
+    ds = jnp.real(jnp.diagonal(ds_full))
+    row = s[None, :]
+    diffs = (row + row.T) * (row - row.T)
+    eye = jnp.eye(s.shape[0], dtype=s.dtype)
+    f = 1 / (diffs + eye) - eye
+    dss = row.astype(da.dtype) * ds_full
+    sds = row.T.astype(da.dtype) * ds_full
+    zero = s == 0
+    s_inv = jnp.where(zero, 0, 1 / jnp.where(zero, 1, s))
+    du_dv_diag = 0.5 * (ds_full - _h(ds_full)) * jnp.diag(s_inv).astype(da.dtype)
+    du = _mm(u, f * (dss + _h(dss)) + du_dv_diag)
+    dv = _mm(v, f * (sds + _h(sds)))
+    if m > n:
+        du = du + _mm(da - _mm(u, _mm(_h(u), da)), v) / row.astype(da.dtype)
+    if n > m:
+        dv = dv + _mm(_h(da) - _mm(v, _mm(vh, _h(da))), u) / row.astype(da.dtype)
+    return du, ds, _h(dv)
+
+
+# --- qr: shifted CholeskyQR3
+
+
+def _upper_factor(f, form):
+    """``R`` with ``G = R^H R`` from a Cholesky factor made with ``T_A = N / ndev`` (each
+    device's tiles are then its own block): ``L^T`` by columns, ``R`` itself by rows (the
+    factor of ``conj(G)``); the other triangle holds what the engine did not write."""
+    r = jnp.triu(f)
+    return jnp.conj(r) if form == "cols" else r
+
+
+def _cholesky_qr(a, geometry, shift):
+    """``Q = A R^{-1}``, ``R`` and the factorisation's status, ``R^H R = A^H A + shift I``."""
+    n = a.shape[1]
+    spec = _spec(geometry)
+
+    def gram(a, shift):
+        g = _mm(_h(a), a)
+        return g if shift is None else g + shift * jnp.eye(n, dtype=a.dtype)
+
+    g = _glue(geometry, spec, gram, a, shift)
+    factor = _api.cho_factor(
+        g, T_A=n // geometry.ndev, mesh=geometry.mesh, in_specs=spec, backend=_engine(geometry)
+    )
+    upper = functools.partial(_upper_factor, form=geometry.form)
+    r = _glue(geometry, spec, upper, factor.factor)
+    return _right_solve(a, r, geometry), r, factor.status
+
+
+def _right_solve(x, r, geometry):
+    """``X R^{-1}`` as ``(R^{-H} X^H)^H``: one LU solve (backward stable) with the sharded
+    ``R^H``; ``X`` comes back sharded like ``A``."""
+    spec = _spec(geometry)
+    rh, xh = _glue(geometry, (spec, _REPLICATED), lambda r, x: (_h(r), _h(x)), r, x)
+    y = _api.lu_solve(rh, xh, mesh=geometry.mesh, in_specs=spec, backend=_engine(geometry))
+    return _glue(geometry, _like_a(geometry, x.shape), _h, y)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _qr_program(geometry, a):
+    """``(Q, R, status)`` of ``a`` (``M >= N``) by shifted CholeskyQR3."""
+    m, n = a.shape
+    eps = float(np.finfo(a.dtype).eps)
+    shift = _glue(
+        geometry,
+        P(),
+        lambda a: (11 * (m * n + n * (n + 1)) * eps * jnp.real(jnp.vdot(a, a))).astype(a.dtype),
+        a,
+    )
+    q1, r1, st1 = _cholesky_qr(a, geometry, shift)
+    q2, r2, st2 = _cholesky_qr(q1, geometry, None)
+    q3, r3, st3 = _cholesky_qr(q2, geometry, None)
+    r = _glue(
+        geometry, _like_a(geometry, (n, n)), lambda x, y, z: jnp.triu(_mm(x, _mm(y, z))), r3, r2, r1
+    )
+    # Dependent columns need not make a factorisation fail (the shift keeps the first Gram
+    # matrix positive definite): Q's columns then are not orthonormal, and the status says so.
+    lost = _glue(
+        geometry, P(), lambda q: jnp.max(jnp.abs(_mm(_h(q), q) - jnp.eye(n, dtype=q.dtype))), q3
+    )
+    status = jnp.where(st1 != 0, st1, jnp.where(st2 != 0, st2, st3))
+    status = jnp.where((status == 0) & ~(lost < _DEPENDENT), n + 1, status)
+    nan = jnp.asarray(jnp.nan, a.dtype)
+    q3, r = (jnp.where(status == 0, x, nan) for x in (q3, r))
+    return q3, r, status
+
+
+#: ``max |Q^H Q - I|`` beyond which the columns count as dependent (shifted CholeskyQR3 reaches
+#: ``O(ε)`` for condition numbers up to about ``1 / ε``; a dependent column leaves ``O(1)``).
+_DEPENDENT = 0.1
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _qr(geometry, a):
+    return _qr_program(geometry, a)
+
+
+@_qr.defjvp
+def _qr_jvp(geometry, primals, tangents):
+    """JAX's rule for ``jnp.linalg.qr(a)`` with ``M >= N``: with ``C = Q^H dA R^{-1}`` and
+    ``Ω = tril(C, -1) - tril(C, -1)^H`` (its diagonal the imaginary part of ``C``'s, for complex
+    ``A``), ``dQ = Q (Ω - C) + dA R^{-1}`` and ``dR = (C - Ω) R``."""
+    (a,), (da,) = primals, tangents
+    q, r, status = _qr(geometry, a)
+    da_rinv = _right_solve(da, r, geometry)
+
+    def tangents(q, r, da_rinv):
+        c = _mm(_h(q), da_rinv)
+        lower = jnp.tril(c, -1)
+        omega = lower - _h(lower)
+        if jnp.issubdtype(c.dtype, jnp.complexfloating):
+            omega = omega + jnp.diag(jnp.imag(jnp.diagonal(c))).astype(c.dtype) * jnp.asarray(
+                1j, c.dtype
+            )
+        return _mm(q, omega - c) + da_rinv, _mm(c - omega, r)
+
+    specs = (_like_a(geometry, q.shape), _like_a(geometry, r.shape))
+    dq, dr = _glue(geometry, specs, tangents, q, r, da_rinv)
+    return (q, r, status), (dq, dr, np.zeros(status.shape, jax.dtypes.float0))
+
+
+# --- one jitted call each (derivative rules run only inside jitted programs)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
+def _svd_call(geometry, T_A, full, compute_uv, a):
+    if geometry.backend == "jax":
+        a = _whole(a, geometry)
+        if not compute_uv:
+            s = jnp.linalg.svd(a, compute_uv=False)
+            return None, s, None, _finite_status(s)
+        u, s, vh = jnp.linalg.svd(a, full_matrices=full)
+        specs = _svd_specs(geometry, u.shape, vh.shape)
+        u, vh = _placed(u, geometry.mesh, specs[0]), _placed(vh, geometry.mesh, specs[2])
+        return u, s, vh, _finite_status(s)
+    if full:
+        u, s, vh, status = _svd_full(geometry, T_A, a)
+    else:
+        u, s, vh, status = _svd(geometry, T_A, a)
+    return (u, s, vh, status) if compute_uv else (None, s, None, status)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _svd_full(geometry, T_A, a):
+    return _svd_program(geometry, T_A, True, a)
+
+
+@_svd_full.defjvp
+def _svd_full_jvp(geometry, T_A, primals, tangents):
+    raise NotImplementedError(
+        "jaxmg.svd: derivatives of full_matrices=True are not defined (the completion of U or "
+        "V is not unique), as for jnp.linalg.svd; use full_matrices=False."
+    )
+
+
+def _whole(a, geometry):
+    """``a`` unsharded on its solver axis of one device (JAX's decompositions take no sharded
+    dimension): no data moves."""
+    return _placed(a, geometry.mesh, _REPLICATED)
+
+
+def _finite_status(x):
+    """JAX's dense solvers return NaN where LAPACK would report a failure: status 1 then."""
+    return jnp.where(jnp.all(jnp.isfinite(x)), 0, 1).astype(jnp.int32)
+
+
+def _polar_factors(u_s, s, vh, side):
+    u = _mm(u_s, vh)
+    if side == "right":
+        p = _mm(_h(vh) * s.astype(u.dtype)[None, :], vh)
+    else:
+        p = _mm(u_s * s.astype(u.dtype)[None, :], _h(u_s))
+    return u, (p + _h(p)) / 2
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _polar_call(geometry, T_A, side, a):
+    if geometry.backend == "jax":
+        a = _whole(a, geometry)
+        u, p = jax.scipy.linalg.polar(a, side=side, method="svd")
+        p = (p + _h(p)) / 2
+        u = _placed(u, geometry.mesh, _like_a(geometry, u.shape))
+        return u, _placed(p, geometry.mesh, _like_a(geometry, p.shape)), _finite_status(p)
+    u_s, s, vh, status = _svd(geometry, T_A, a)
+    m, n = a.shape
+    p_shape = (n, n) if side == "right" else (m, m)
+    specs = (_like_a(geometry, a.shape), _like_a(geometry, p_shape))
+    u, p = _glue(geometry, specs, functools.partial(_polar_factors, side=side), u_s, s, vh)
+    return u, p, status
+
+
+def _pseudo_inverse_solve(u, s, vh, a, b, rcond):
+    mask = (s > 0) & (s >= rcond * s[0])
+    safe = jnp.where(mask, s, 1).astype(a.dtype)
+    s_inv = jnp.where(mask, 1 / safe, 0)[:, None]
+    x = _mm(_h(vh), s_inv * _mm(_h(u), b))
+    resid = jnp.linalg.norm(b - _mm(a, x), axis=0) ** 2
+    return x, resid, mask.sum()
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _lstsq_call(geometry, T_A, a, b, rcond):
+    if geometry.backend == "jax":
+        a = _whole(a, geometry)
+        x, resid, rank, s = jnp.linalg.lstsq(a, b, rcond=rcond)
+        return x, resid, rank, s, _finite_status(s)
+    u, s, vh, status = _svd(geometry, T_A, a)
+    specs = (_REPLICATED, P(None), P())
+    x, resid, rank = _glue(geometry, specs, _pseudo_inverse_solve, u, s, vh, a, b, rcond)
+    return x, resid, rank, s, status
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _qr_call(geometry, mode, a):
+    m, n = a.shape
+    if geometry.backend == "jax":
+        a = _whole(a, geometry)
+        q, r = jnp.linalg.qr(a)
+        # R's diagonal real and positive, as the compositions make it: R = D^H R_jax, Q = Q D.
+        d = jnp.diagonal(r)
+        phase = jnp.where(d == 0, 1, d / jnp.where(d == 0, 1, jnp.abs(d)).astype(d.dtype))
+        q, r = q * phase[None, :], jnp.conj(phase)[:, None] * r
+        q = _placed(q, geometry.mesh, _like_a(geometry, q.shape))
+        r = _placed(r, geometry.mesh, _like_a(geometry, r.shape))
+        return (None if mode == "r" else q), r, _finite_status(r)
+    if m >= n:
+        q, r, status = _qr(geometry, a)
+    else:  # the first M columns' QR, and Q^H times the others
+        first = _glue(geometry, _like_a(geometry, (m, m)), lambda a: a[:, :m], a)
+        q, r1, status = _qr(geometry, first)
+        r = _glue(
+            geometry,
+            _like_a(geometry, (m, n)),
+            lambda q, r1, a: jnp.concatenate([r1, _mm(_h(q), a[:, m:])], axis=1),
+            q,
+            r1,
+            a,
+        )
+    return (None if mode == "r" else q), r, status
+
+
+# --- the public functions -------------------------------------------------------------------------
+
+
+def svd(
+    A,
+    full_matrices=False,
+    compute_uv=True,
+    T_A=None,
+    mesh=None,
+    in_specs=None,
+    *positional,
+    return_status=False,
+    backend=None,
+):
+    """Singular value decomposition ``A = U diag(s) Vh`` of a sharded ``[M, N]`` matrix.
+
+    Args:
+      A: ``[M, N]`` (any ``M``, ``N``) float32, float64, complex64 or complex128, sharded by
+        rows ``P(ax, None)`` or columns ``P(None, ax)`` of one mesh axis whose device count
+        divides the sharded dimension.
+      full_matrices: ``U`` is ``[M, M]`` and ``Vh`` ``[N, N]`` (``False``, the default:
+        ``[M, K]`` and ``[K, N]``, ``K = min(M, N)``). Full matrices have no derivatives.
+      compute_uv: also return ``U`` and ``Vh`` (else ``s`` alone).
+      T_A: the tile of the eigensolver's ``(M + N)``-column matrix, as for
+        :func:`jaxmg.syevd`; mesh, in_specs, backend: as for :func:`jaxmg.potrs`.
+      return_status: also return the status: 0, or the eigensolver's ``k > 0`` when it did not
+        converge (the outputs are then NaN).
+
+    Returns:
+      ``(U, s, Vh)`` (``s`` real, descending, replicated; ``U`` sharded as ``A`` where the
+      device count divides its sharded dimension, else replicated; ``Vh`` likewise), or ``s``;
+      the status last with ``return_status``.
+
+    How: the eigenvectors of ``[[0, A], [A^H, 0]]`` (module :mod:`jaxmg._decompositions`);
+    singular values to ``O(ε ||A||)`` whatever the condition number. Singular vectors of
+    singular values below ``ε ||A||`` (a rank-deficient ``A``) are not determined and need not
+    be orthonormal. Derivatives (``full_matrices=False``): JAX's rule for distinct singular
+    values.
+    """
+    fn = "jaxmg.svd"
+    _checks.keyword_only(fn, positional, "return_status or backend, e.g. return_status=True")
+    geometry, _ = _where(A, mesh, in_specs, backend, fn)
+    T_A = _checks.tile_size(T_A, fn)
+    a = _placed(A, geometry.mesh, geometry.spec)
+    u, s, vh, status = _svd_call(geometry, T_A, bool(full_matrices), bool(compute_uv), a)
+    out = (u, s, vh) if compute_uv else (s,)
+    out += (status,) if return_status else ()
+    return out if len(out) > 1 else out[0]
+
+
+gesvd = svd
+
+
+def polar(
+    A,
+    side="right",
+    T_A=None,
+    mesh=None,
+    in_specs=None,
+    *positional,
+    return_status=False,
+    backend=None,
+):
+    """The polar decomposition of a sharded ``[M, N]`` matrix, as ``scipy.linalg.polar``.
+
+    ``side="right"``: ``A = U P`` with ``P`` ``[N, N]``; ``"left"``: ``A = P U`` with ``P``
+    ``[M, M]``; ``U`` is ``[M, N]`` with orthonormal columns (``M >= N``) or rows. ``P`` is
+    Hermitian positive semidefinite. Arguments as for :func:`svd`. Returns ``(U, P)`` (and the
+    status), sharded as ``A`` where the device count divides the sharded dimension.
+
+    From the SVD: ``U = U_s Vh``, ``P = V diag(s) Vh`` (right). Derivatives through the SVD's:
+    distinct singular values.
+    """
+    fn = "jaxmg.polar"
+    _checks.keyword_only(fn, positional, "return_status or backend, e.g. return_status=True")
+    if side not in ("right", "left"):
+        raise ValueError(f"{fn}: side must be 'right' or 'left', got {side!r}.")
+    geometry, _ = _where(A, mesh, in_specs, backend, fn)
+    T_A = _checks.tile_size(T_A, fn)
+    a = _placed(A, geometry.mesh, geometry.spec)
+    u, p, status = _polar_call(geometry, T_A, side, a)
+    return (u, p, status) if return_status else (u, p)
+
+
+def lstsq(
+    A,
+    b,
+    rcond=None,
+    T_A=None,
+    mesh=None,
+    in_specs=None,
+    *positional,
+    return_status=False,
+    backend=None,
+):
+    """The least-squares solution of ``A x = b`` for a sharded ``[M, N]`` ``A``, as
+    ``jnp.linalg.lstsq`` (jaxmg 1.x: ``least_squares``): full rank or rank-deficient.
+
+    Args:
+      A: as for :func:`svd`.
+      b: ``[M]`` or ``[M, K]``, ``A``'s dtype, any sharding (replicated for the solve).
+      rcond: singular values below ``rcond * s[0]`` count as zero; ``None`` (default):
+        ``ε * max(M, N)``, as ``jnp.linalg.lstsq``.
+      T_A, mesh, in_specs, backend, return_status: as for :func:`svd`.
+
+    Returns:
+      ``(x, residuals, rank, s)`` as ``jnp.linalg.lstsq``: ``x`` ``[N]`` or ``[N, K]``
+      (replicated), the squared residual norm of each column of ``b`` (always computed),
+      the numerical rank, the singular values; the status last with ``return_status``.
+
+    The minimum-norm solution through the SVD's pseudo-inverse; derivatives through the SVD's.
+    """
+    fn = "jaxmg.lstsq"
+    _checks.keyword_only(fn, positional, "return_status or backend, e.g. return_status=True")
+    geometry, dtype = _where(A, mesh, in_specs, backend, fn)
+    m, n = A.shape
+    b_shape = getattr(b, "shape", None)
+    if b_shape is None or len(b_shape) not in (1, 2) or b_shape[0] != m:
+        raise ValueError(f"{fn}: b must be [M] or [M, K] with M = {m}, got shape {b_shape}.")
+    if np.dtype(b.dtype) != dtype:
+        raise TypeError(
+            f"{fn}: b has dtype {np.dtype(b.dtype).name}, A {dtype.name}; pass both in one dtype."
+        )
+    T_A = _checks.tile_size(T_A, fn)
+    if rcond is None:
+        rcond = float(np.finfo(dtype).eps) * max(m, n)
+    a = _placed(A, geometry.mesh, geometry.spec)
+    b2 = _placed(jnp.reshape(b, (m, -1)), geometry.mesh, P(None, None))
+    rcond = jnp.asarray(rcond, np.finfo(dtype).dtype)
+    x, resid, rank, s, status = _lstsq_call(geometry, T_A, a, b2, rcond)
+    if len(b_shape) == 1:
+        x, resid = x[:, 0], resid[0]
+    out = (x, resid, rank, s)
+    return out + (status,) if return_status else out
+
+
+def qr(A, mode="reduced", mesh=None, in_specs=None, *positional, return_status=False, backend=None):
+    """The QR decomposition ``A = Q R`` of a sharded ``[M, N]`` matrix.
+
+    Args:
+      A: as for :func:`svd`; ``K = min(M, N)`` divisible by the device count, and the first
+        ``K`` columns of full rank (``cond`` below about ``1 / ε`` of the dtype).
+      mode: ``"reduced"`` (default): ``Q`` ``[M, K]`` with orthonormal columns, ``R`` ``[K,
+        N]`` upper triangular (trapezoidal for ``M < N``); ``"r"``: ``R`` alone.
+      mesh, in_specs, backend, return_status: as for :func:`svd`; the status is the Cholesky
+        factorisation's ``k > 0`` when the first ``k`` columns are numerically dependent
+        (``Q`` and ``R`` are then NaN).
+
+    Returns:
+      ``(Q, R)`` or ``R``, and the status with ``return_status``. ``R``'s diagonal is real and
+      positive (LAPACK's may be negative: the factorisation is the same up to those signs).
+
+    How: shifted CholeskyQR3 (module :mod:`jaxmg._decompositions`). Derivatives: JAX's rule for
+    ``jnp.linalg.qr`` (``M >= N``; for ``M < N`` through the product ``Q^H A``).
+    """
+    fn = "jaxmg.qr"
+    _checks.keyword_only(fn, positional, "return_status or backend, e.g. return_status=True")
+    if mode not in ("reduced", "r"):
+        raise ValueError(f"{fn}: mode must be 'reduced' or 'r', got {mode!r}.")
+    geometry, _ = _where(A, mesh, in_specs, backend, fn)
+    k = min(A.shape)
+    if geometry.backend != "jax" and k % geometry.ndev:
+        raise ValueError(
+            f"{fn}: min(M, N) = {k} must be divisible by the {geometry.ndev} devices of axis "
+            f"{geometry.axis!r} (the Gram matrix of the first {k} columns is factored by "
+            "jaxmg.cho_factor over them)."
+        )
+    a = _placed(A, geometry.mesh, geometry.spec)
+    q, r, status = _qr_call(geometry, mode, a)
+    out = (r,) if mode == "r" else (q, r)
+    out += (status,) if return_status else ()
+    return out if len(out) > 1 else out[0]

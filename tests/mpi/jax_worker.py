@@ -31,6 +31,9 @@ Scenarios:
   forms: the answers, ``A`` deleted; and under ``jax.jit(..., donate_argnums=0)`` the factor
   (cho_factor, lu_factor) takes over ``A``'s buffer (XLA's ``input_output_alias``), with the
   program's bytes per process from XLA's memory analysis.
+- ``decompositions``: svd, qr, polar and lstsq (compositions of syevd, cho_factor and lu_solve
+  on the engine) on a tall float64 and a square complex128 matrix, both 1D forms, against
+  numpy and scipy; the jvp of the singular values against JAX's rule on one device.
 - ``killed``: one good call, then the last rank is killed before the next: the job must end
   (mpiexec aborts it), not hang.
 """
@@ -380,6 +383,46 @@ def donate(mesh):
             report(f"donate_alias_{name}", bool(aliased), form=form, blocks=round(blocks, 2))
 
 
+def decompositions(mesh):
+    import scipy.linalg
+
+    rng = np.random.default_rng(3)
+    for dtype, shape in ((np.float64, (6 * size, 2 * size)), (np.complex128, (4 * size,) * 2)):
+        a = rng.standard_normal(shape)
+        if dtype == np.complex128:
+            a = a + 1j * rng.standard_normal(shape)
+        a = a.astype(dtype)
+        b = rng.standard_normal(shape[0]).astype(dtype)
+        for form in ("cols", "rows"):
+            A = jax.device_put(
+                a, NamedSharding(mesh, P(None, "x") if form == "cols" else P("x", None))
+            )
+            u, s, vh = (host(x) for x in jaxmg.svd(A, backend="mp"))
+            ok = close(s, np.linalg.svd(a, compute_uv=False), dtype) and close(
+                (u * s) @ vh, a, dtype
+            )
+            report("svd", ok, form=form, dtype=np.dtype(dtype).name)
+            q, r = (host(x) for x in jaxmg.qr(A, backend="mp"))
+            ok = close(q @ r, a, dtype) and close(q.conj().T @ q, np.eye(q.shape[1]), dtype)
+            report("qr", ok and np.all(np.tril(r, -1) == 0), form=form, dtype=np.dtype(dtype).name)
+            up, pp = (host(x) for x in jaxmg.polar(A, backend="mp"))
+            u_ref, p_ref = scipy.linalg.polar(a)
+            report("polar", close(up, u_ref, dtype) and close(pp, p_ref, dtype), form=form)
+            x = host(jaxmg.lstsq(A, jnp.asarray(b), backend="mp")[0])
+            report("lstsq", close(x, np.linalg.lstsq(a, b, rcond=None)[0], dtype), form=form)
+            da = rng.standard_normal(shape).astype(dtype)
+            sharding = A.sharding
+            _, ds = jax.jvp(
+                lambda m: jaxmg.svd(m, compute_uv=False, backend="mp"),
+                (A,),
+                (jax.device_put(da, sharding),),
+            )
+            _, ds_ref = jax.jvp(
+                lambda m: jnp.linalg.svd(m, compute_uv=False), (jnp.asarray(a),), (jnp.asarray(da),)
+            )
+            report("svd_jvp", close(host(ds), np.asarray(ds_ref), dtype), form=form)
+
+
 def killed(mesh):
     n = 4 * size
     hpd, _, b = matrices(n, np.float64)
@@ -403,7 +446,14 @@ if scenario.startswith("grid:"):
         grid(grid_mesh, mesh)
 else:
     with jax.set_mesh(mesh):
-        scenarios = dict(solve=solve, quick=quick, order=order, killed=killed, donate=donate)
+        scenarios = dict(
+            solve=solve,
+            quick=quick,
+            order=order,
+            killed=killed,
+            donate=donate,
+            decompositions=decompositions,
+        )
         scenarios[scenario](mesh)
 results.joinpath(f"{rank}.jsonl").write_text("\n".join(lines) + "\n")
 jax.distributed.shutdown()

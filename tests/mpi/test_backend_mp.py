@@ -100,6 +100,18 @@ def test_donated_a(tmp_path):
     assert not failed, failed
 
 
+@pytest.mark.parametrize("processes", [2, 4])
+def test_decompositions(tmp_path, processes):
+    """svd, qr, polar, lstsq composed of the engine's syevd, cho_factor and lu_solve (issue 28),
+    against numpy and scipy, and the singular values' jvp against JAX's rule."""
+    code, output = finish(launch(processes, "decompositions", tmp_path / "results"))
+    assert code == 0, output[-4000:]
+    found = checks(tmp_path / "results", processes)
+    assert len(found) == processes * 2 * 2 * 5, found
+    failed = [c for c in found if not c["ok"]]
+    assert not failed, failed
+
+
 def test_a_killed_process_ends_the_job(tmp_path):
     """The last rank dies between two calls; mpiexec ends the job, with its message, well
     inside the deadline: the survivors, inside ScaLAPACK or jax.distributed, do not hang."""

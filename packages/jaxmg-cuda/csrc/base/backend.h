@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "base/common.h"
+#include "base/outcome.h"
 #include "base/routines.h"
-#include "meeting/rendezvous.h"
 
 namespace jaxmg {
 

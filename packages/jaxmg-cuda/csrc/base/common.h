@@ -12,7 +12,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "meeting/rendezvous.h"
+#include "base/outcome.h"
 #include <xla/ffi/api/ffi.h>
 
 namespace jaxmg {

@@ -34,7 +34,7 @@
 
 #include "base/common.h"
 #include "base/test_hooks.h"
-#include "meeting/rendezvous.h"
+#include "base/timeout.h"
 
 namespace jaxmg {
 namespace {

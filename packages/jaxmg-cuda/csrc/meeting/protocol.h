@@ -16,6 +16,7 @@
 #include "base/backend.h"
 #include "base/common.h"
 #include "base/routines.h"
+#include "meeting/rendezvous.h"
 
 namespace jaxmg {
 

@@ -10,14 +10,6 @@
 
 namespace jaxmg {
 
-double TimeoutSeconds() {
-  const char* text = std::getenv("JAXMG_TIMEOUT_S");
-  if (text == nullptr || *text == '\0') return 60.0;
-  char* end = nullptr;
-  double value = std::strtod(text, &end);
-  return (end != text && value > 0) ? value : 60.0;
-}
-
 bool Meeting::Claim(int position, const Slot& slot) {
   std::lock_guard<std::mutex> lock(mu_);
   if (slots_[position].arrived) return false;

@@ -47,6 +47,9 @@
 #include <string>
 #include <vector>
 
+#include "base/outcome.h"
+#include "base/timeout.h"
+
 namespace jaxmg {
 
 // What one participant publishes. Pointers are device pointers on GPU, host pointers on CPU.
@@ -62,15 +65,6 @@ struct Slot {
   uint64_t thread = 0;         // a token of the publishing thread (diagnostics only)
   std::string signature;       // the call's shape as this participant sees it
 };
-
-// Result of a meeting phase for one participant.
-struct Outcome {
-  bool ok = true;
-  std::string message;
-  static Outcome Fail(std::string m) { return Outcome{false, std::move(m)}; }
-};
-
-double TimeoutSeconds();  // JAXMG_TIMEOUT_S, default 60
 
 // Called exactly once with the outcome of a participant's call (Meeting::Arrive).
 using Completion = std::function<void(const Outcome&)>;

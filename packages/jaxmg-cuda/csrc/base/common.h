@@ -12,8 +12,9 @@
 #include <type_traits>
 #include <utility>
 
-#include "base/outcome.h"
 #include <xla/ffi/api/ffi.h>
+
+#include "base/outcome.h"
 
 namespace jaxmg {
 

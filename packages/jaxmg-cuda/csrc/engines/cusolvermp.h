@@ -28,10 +28,11 @@
 #include <cstdint>
 #include <string>
 
+#include <xla/ffi/api/ffi.h>
+
+#include "base/operands.h"
 #include "engines/cuda_internal.h"
 #include "engines/scalapack.h"
-#include "meeting/protocol.h"
-#include <xla/ffi/api/ffi.h>
 
 namespace jaxmg {
 

@@ -9,8 +9,10 @@
 #include <cstdint>
 #include <string>
 
-#include "meeting/protocol.h"
 #include <xla/ffi/api/ffi.h>
+
+#include "base/common.h"
+#include "base/operands.h"
 
 namespace jaxmg {
 

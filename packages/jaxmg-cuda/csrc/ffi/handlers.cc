@@ -10,14 +10,15 @@
 #include <utility>
 #include <vector>
 
+#include <xla/ffi/api/ffi.h>
+
+#include "base/operands.h"
 #ifdef JAXMG_WITH_CUDA
 #include "engines/cusolvermp.h"
 #endif
 #include "engines/scalapack.h"
 #include "ffi/instance.h"
-#include "meeting/protocol.h"
 #include "platforms/platforms.h"
-#include <xla/ffi/api/ffi.h>
 
 namespace jaxmg {
 

@@ -4,9 +4,10 @@
 
 #include <cstdint>
 
-#include "meeting/protocol.h"
-#include "vendor/cuda_api.h"
 #include <xla/ffi/api/ffi.h>
+
+#include "base/operands.h"
+#include "vendor/cuda_api.h"
 
 namespace jaxmg {
 

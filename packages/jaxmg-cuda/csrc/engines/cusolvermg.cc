@@ -4,6 +4,8 @@
 // every device), right-hand sides in column chunks of at most min(T_A, 256) with B as one tile
 // on mesh position 0, eigenvalues on the host, pivots distributed like A's columns.
 // What has run on GPU hardware and what has not: see cuda_targets.cc.
+#include "engines/cusolvermg.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -16,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/backend.h"
 #include "base/common.h"
 #include "engines/cuda_internal.h"
 

@@ -17,6 +17,7 @@
 
 #include "base/common.h"
 #include "vendor/cusolvermp_api.h"
+#include "vendor/loader.h"
 
 namespace jaxmg {
 namespace {

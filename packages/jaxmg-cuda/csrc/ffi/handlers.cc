@@ -18,6 +18,9 @@
 #endif
 #include "engines/scalapack.h"
 #include "ffi/instance.h"
+#ifdef JAXMG_WITH_CUDA
+#include "platforms/cuda_targets.h"
+#endif
 #include "platforms/platforms.h"
 
 namespace jaxmg {

@@ -14,11 +14,14 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "base/common.h"
 #include "engines/cuda_internal.h"
+#include "engines/cusolvermg.h"
 #include "meeting/protocol.h"
 #include "platforms/platforms.h"
+#include "vendor/cuda_api.h"
 
 namespace jaxmg {
 namespace {
@@ -127,6 +130,10 @@ class CudaDevice final : public Device {
 };
 
 }  // namespace
+
+void SetCudaLibraryDirs(const std::vector<std::string>& dirs) { cuda::SetLibraryDirs(dirs); }
+
+bool LoadCudaLibraries(std::string* error) { return cuda::Load(error) != nullptr; }
 
 ScratchFn AlignedScratch(XlaAllocateFn allocate) {
   return [allocate = std::move(allocate)](size_t bytes) -> std::optional<void*> {

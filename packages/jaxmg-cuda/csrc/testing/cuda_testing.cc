@@ -16,8 +16,10 @@
 
 #include "base/common.h"
 #include "engines/cuda_internal.h"
+#include "engines/cusolvermg.h"
 #include "engines/cusolvermp.h"
 #include "meeting/protocol.h"
+#include "platforms/cuda_targets.h"
 
 namespace jaxmg {
 namespace {

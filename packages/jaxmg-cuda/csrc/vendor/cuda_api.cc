@@ -11,8 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "engines/cuda_internal.h"
-#include "platforms/cuda_targets.h"
+#include "vendor/loader.h"
 
 namespace jaxmg {
 namespace cuda {
@@ -171,10 +170,6 @@ const Api* Load(std::string* error) {
 
 }  // namespace cuda
 
-void SetCudaLibraryDirs(const std::vector<std::string>& dirs) { cuda::SetLibraryDirs(dirs); }
-
-bool LoadCudaLibraries(std::string* error) { return cuda::Load(error) != nullptr; }
-
 const char* CusolverStatusName(int status) {
   switch (status) {
     case 1: return "CUSOLVER_STATUS_NOT_INITIALIZED";
@@ -190,7 +185,7 @@ const char* CusolverStatusName(int status) {
   }
 }
 
-std::string VendorMessage(const Api* api, Library lib, int status) {
+std::string VendorMessage(const cuda::Api* api, Library lib, int status) {
   std::ostringstream m;
   if (lib == Library::kCudart) {
     m << api->cudaGetErrorString(status) << " (cudaError " << status << ")";

@@ -32,7 +32,7 @@
 
 #include "base/operands.h"
 #include "engines/cuda_internal.h"
-#include "engines/scalapack.h"
+#include "engines/mp.h"
 
 namespace jaxmg {
 

@@ -1,11 +1,12 @@
 // The routines: what each FFI target hands the library and gets back, in one table.
 //
 // A target (jaxmg_potrs, jaxmg_getrs, ...) is a short list of library steps run by the leader
-// for every device, plus the operands its participants bring. The protocol (protocol.cc,
-// crossprocess.cc) reads only this table, never a target's name; each step has one LAPACK
-// implementation (lapack_twin.cc) and one cuSolverMg implementation (cusolvermg.cc). A new
-// routine is a row here and its handlers in routines.cc, a step in each of those two files if
-// it needs a new library call, and its declarations in cuda_api.h.
+// for every device, plus the operands its participants bring. The protocol
+// (meeting/protocol.cc, meeting/crossprocess.cc) reads only this table, never a target's name;
+// each step has one LAPACK implementation (engines/lapack_twin.cc) and one cuSolverMg
+// implementation (engines/cusolvermg.cc). A new routine is a row of the table (routines.cc) and
+// its handlers in ffi/handlers.cc, a step in each of those two engines if it needs a new library
+// call, and its declarations in vendor/cuda_api.h.
 #ifndef JAXMG_ROUTINES_H_
 #define JAXMG_ROUTINES_H_
 
@@ -82,20 +83,6 @@ struct Routine {
 // Every routine, one row per Op.
 const std::vector<Routine>& Routines();
 const Routine& RoutineOf(Op op);
-
-// An FFI target: its name and the handlers of its stages (XLA_FFI_Handler*), `instantiate`
-// (instance.h) or nullptr for none.
-struct Target {
-  std::string name;
-  void* instantiate;
-  void* execute;
-};
-
-// Every routine's FFI target for the CPU twin, or for CUDA (none when built without CUDA).
-std::vector<Target> Targets(bool cuda);
-// Backend "mp": jaxmg_mp_<name>, on CPUs (ScaLAPACK over MPI, scalapack.h) or on CUDA
-// (cuSOLVERMp over NCCL, cusolvermp.h; none when built without CUDA).
-std::vector<Target> MpTargets(bool cuda);
 
 }  // namespace jaxmg
 

@@ -5,10 +5,10 @@
 #include <unistd.h>
 
 #include "base/common.h"
-#include "base/routines.h"
 #include "base/test_hooks.h"
 #include "engines/lapack_twin.h"
 #include "engines/scalapack.h"
+#include "ffi/handlers.h"
 #include "ffi/instance.h"
 #include "meeting/crossprocess.h"
 #include "meeting/rendezvous.h"

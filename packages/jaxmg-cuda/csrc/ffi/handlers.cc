@@ -1,8 +1,8 @@
-// The native entry of every routine: its row of the table (routines.h), its operands and its
-// FFI handlers, bound from one description: the CPU twin and cuSolverMg (backend "mg", the
+// The native entry of every routine (its row of the table: base/routines.cc): its operands and
+// its FFI handlers, bound from one description: the CPU twin and cuSolverMg (backend "mg", the
 // target jaxmg_<name>), and ScaLAPACK over MPI on CPUs and cuSOLVERMp over NCCL on CUDA
-// (backend "mp", jaxmg_mp_<name>, scalapack.h and cusolvermp.h).
-#include "base/routines.h"
+// (backend "mp", jaxmg_mp_<name>, engines/scalapack.h and engines/cusolvermp.h).
+#include "ffi/handlers.h"
 
 #include <cstdint>
 #include <memory>
@@ -13,6 +13,7 @@
 #include <xla/ffi/api/ffi.h>
 
 #include "base/operands.h"
+#include "base/routines.h"
 #ifdef JAXMG_WITH_CUDA
 #include "engines/cusolvermp.h"
 #endif
@@ -24,27 +25,6 @@
 #include "platforms/platforms.h"
 
 namespace jaxmg {
-
-const std::vector<Routine>& Routines() {
-  static const auto* table = new std::vector<Routine>{
-      {Op::kPotrs, "potrs", {Step::kPotrf, Step::kPotrs}, Result::kFactor, kRhs},
-      {Op::kPotri, "potri", {Step::kPotrf, Step::kPotri}, Result::kMatrix, kNoExtra},
-      {Op::kSyevd, "syevd", {Step::kSyevd}, Result::kMatrix, kEigenvalues},
-      {Op::kPotrf, "potrf", {Step::kPotrf}, Result::kFactor, kNoExtra},
-      {Op::kPotrsFactored, "potrs_factored", {Step::kPotrs}, Result::kUnchanged, kRhs},
-      {Op::kPotriFactored, "potri_factored", {Step::kPotri}, Result::kMatrix, kNoExtra},
-      {Op::kGetrf, "getrf", {Step::kGetrf}, Result::kFactor, kPivotsOut},
-      {Op::kGetrs, "getrs", {Step::kGetrs}, Result::kUnchanged, kRhs | kPivotsIn},
-  };
-  return *table;
-}
-
-const Routine& RoutineOf(Op op) {
-  for (const Routine& r : Routines())
-    if (r.op == op) return r;
-  return Routines().front();  // unreachable: every Op has its row
-}
-
 namespace {
 
 using Span = ffi::Span<const int64_t>;

@@ -1,11 +1,11 @@
-// Test hooks: what the tests use to provoke what real runs rarely do. Nothing here runs
-// unless its environment variable is set (the tests set them); no routine reads them itself.
-#ifndef JAXMG_TESTING_H_
-#define JAXMG_TESTING_H_
+// Test hooks: what the tests use to provoke what real runs rarely do. The meeting, the engines
+// and the CPU platform call them, so they sit below all three; nothing here runs unless its
+// environment variable is set (the tests set them); no routine reads them itself. The
+// test-only entry points (targets, RunCudaOnHost) are in testing/.
+#ifndef JAXMG_TEST_HOOKS_H_
+#define JAXMG_TEST_HOOKS_H_
 
 #include <cstdint>
-
-#include <xla/ffi/api/ffi.h>
 
 namespace jaxmg {
 
@@ -16,7 +16,7 @@ void DelayForTests(int32_t position);
 
 // JAXMG_TEST_MP_LATE="CALL_ID:SECONDS": backend "mp"'s call with trace-time id CALL_ID sleeps
 // SECONDS before this process learns of it. Set in one process only, it makes the processes
-// start a program's independent calls in different orders (scalapack.cc).
+// start a program's independent calls in different orders (engines/scalapack.cc).
 void MpLateForTests(int64_t call_id);
 
 // JAXMG_TEST_ILLEGAL_LDA=1: the LAPACK twin passes an illegal leading dimension, to provoke
@@ -24,13 +24,9 @@ void MpLateForTests(int64_t call_id);
 bool IllegalLeadingDimensionForTests();
 
 // JAXMG_TEST_SHARE_BY_HANDLE=1: the CPU twin takes the GPU branch of the cross-process
-// protocol (cpu_twin.cc).
+// protocol (platforms/cpu_twin.cc).
 bool ShareByHandleForTests();
 
 }  // namespace jaxmg
 
-// A diagnostic target: all participants meet; out = [participants, distinct threads seen].
-// Shows the tests that XLA runs the handlers of one call concurrently.
-XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxmgProbeCpu);
-
-#endif  // JAXMG_TESTING_H_
+#endif  // JAXMG_TEST_HOOKS_H_

@@ -5,13 +5,13 @@
 #include <unistd.h>
 
 #include "base/common.h"
-#include "base/test_hooks.h"
 #include "engines/lapack_twin.h"
 #include "engines/scalapack.h"
 #include "ffi/handlers.h"
 #include "ffi/instance.h"
 #include "meeting/crossprocess.h"
 #include "meeting/rendezvous.h"
+#include "testing/probe.h"
 #ifdef JAXMG_WITH_CUDA
 #include "engines/cusolvermp.h"
 #include "platforms/cuda_targets.h"

@@ -1,8 +1,8 @@
 // The library line. Everything above it -- validation, the rendezvous, pointer tables,
-// workspace bookkeeping, status, NaN fill, broadcasting x -- is one code path (protocol.cc,
-// crossprocess.cc) that the CPU twin runs in CI on 1..8 simulated devices. Below it are two
-// implementations of each library step (routines.h): LAPACK (lapack_twin.cc, run by
-// cpu_twin.cc) and cuSolverMg (cusolvermg.cc, run by cuda_targets.cc).
+// workspace bookkeeping, status, NaN fill, broadcasting x -- is one code path (meeting/protocol.cc,
+// meeting/crossprocess.cc) that the CPU twin runs in CI on 1..8 simulated devices. Below it are two
+// implementations of each library step (routines.h): LAPACK (engines/lapack_twin.cc, run by
+// platforms/cpu_twin.cc) and cuSolverMg (engines/cusolvermg.cc, run by platforms/cuda_targets.cc).
 //
 //   Device   what one participant does to its *own* device, on its own thread.
 //   Backend  what the leader does for *all* devices: the shape of one cusolverMg call
@@ -44,7 +44,7 @@ struct MgCall {
 
 // Multi-process mode on GPUs: one participant's buffer as another process can map it (CUDA
 // IPC of the allocation that holds it, and the buffer's offset in that allocation). Plain
-// bytes: it travels in a shared-memory segment header (crossprocess.h).
+// bytes: it travels in a shared-memory segment header (meeting/crossprocess.h).
 struct SharedMemory {
   unsigned char handle[64];  // cudaIpcMemHandle_t of the allocation's base
   uint64_t offset;           // of the buffer from that base
@@ -78,7 +78,7 @@ class Backend {
   // writes, so they may run at once; all have landed when this returns.
   virtual Outcome CopyAll(const std::vector<Copy>& copies) = 0;
 
-  // --- the leader of a multi-process call (crossprocess.h) ---
+  // --- the leader of a multi-process call (meeting/crossprocess.h) ---
   // Workspace on `device` of the call (any device, not only the leader's own).
   virtual Outcome AllocateOn(int device, size_t bytes, void** out, Keep* keep) = 0;
   // GPU: maps memory another process shared; `device` is its GPU as this process numbers it.

@@ -107,8 +107,8 @@ inline std::string CheckLibrarySizes(int64_t n, int64_t local, int64_t tile, int
 }
 
 // The key of a call's meeting: its device ids in mesh order, the trace-time call id and the
-// instance, which of the HLO instructions of that call id this is (instance.h), and XLA's
-// RunId of the execution when the handler binds it (rendezvous.h).
+// instance, which of the HLO instructions of that call id this is (ffi/instance.h), and XLA's
+// RunId of the execution when the handler binds it (meeting/rendezvous.h).
 inline std::string MeetingKey(const char* target, ffi::Span<const int64_t> device_ids,
                               int64_t call_id, int64_t instance,
                               std::optional<int64_t> run_id = std::nullopt) {

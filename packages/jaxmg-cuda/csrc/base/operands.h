@@ -37,17 +37,17 @@ struct Operands {
   int64_t tile = 0;                   // attr T_A
   ffi::Span<const int64_t> device_ids;  // attr device_ids (mesh order; its length = ndev)
   int64_t call_id = 0;                // attr call_id
-  // Which HLO instruction of call `call_id` this is (instance.h), the same on every
+  // Which HLO instruction of call `call_id` this is (ffi/instance.h), the same on every
   // participant of one instruction.
   int64_t instance = 0;
   // XLA's RunId of this execution (ffi::RunId), the same for every device of one execution:
-  // with it a meeting is exactly one call of one execution (rendezvous.h). Absent when the
+  // with it a meeting is exactly one call of one execution (meeting/rendezvous.h). Absent when the
   // handler does not bind it; the meeting is then identified by the key alone.
   std::optional<int64_t> run_id;
   bool vectors = true;                // attr vectors (syevd)
   // Multi-process mode (one device per process, one host): `job` is the token the processes
   // agreed on (0: every participant is in this process) and `pids` the process of each mesh
-  // position. See crossprocess.h.
+  // position. See meeting/crossprocess.h.
   int64_t job = 0;                    // attr job
   ffi::Span<const int64_t> pids;      // attr pids
   // In-place relayout (jaxmg_layout.in_place_moves): flattened (round, source, destination,

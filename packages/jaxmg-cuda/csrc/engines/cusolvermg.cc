@@ -1,9 +1,9 @@
-// cuSolverMg: the leader's calls for all devices (the Backend of backend.h for GPUs), one
-// function per library step (routines.h). A handle and 1 x ndev grid per device list (cached,
+// cuSolverMg: the leader's calls for all devices (the Backend of base/backend.h for GPUs), one
+// function per library step (base/routines.h). A handle and 1 x ndev grid per device list (cached,
 // RAII), workspace sizes from the _bufferSize queries (lwork elements of the compute type, on
 // every device), right-hand sides in column chunks of at most min(T_A, 256) with B as one tile
 // on mesh position 0, eigenvalues on the host, pivots distributed like A's columns.
-// What has run on GPU hardware and what has not: see cuda_targets.cc.
+// What has run on GPU hardware and what has not: see platforms/cuda_targets.cc.
 #include "engines/cusolvermg.h"
 
 #include <algorithm>
@@ -182,7 +182,7 @@ cuda::cusolverEigMode_t EigMode(const MgCall& c) {
 }
 
 // Getrs takes CUBLAS_OP_N alone (T and C gave info -1 on an H100); the protocol refuses a
-// call with another trans before the library (protocol.cc).
+// call with another trans before the library (meeting/protocol.cc).
 constexpr auto kOpN = cuda::CUBLAS_OP_N;
 
 // The same size on every device (WorkspaceBytes); the library counts elements.
@@ -278,7 +278,7 @@ Outcome Syevd(Matrix& m, int* info) {
   return LibraryOutcome(m.api, "cusolverMgSyevd", status, info, false, m.c.n);
 }
 
-// The pivots: int32 per device, distributed like A's columns (routines.h, Pivots).
+// The pivots: int32 per device, distributed like A's columns (base/routines.h, Pivots).
 Outcome GetrfBytes(Matrix& m, int64_t* size) {
   JAXMG_MG(m.api, cusolverMgGetrf_bufferSize(m.ctx->handle(), m.c.n, m.c.n, m.a.data(), 1, 1,
                                              m.desc_a, m.ipiv.data(), m.type, size));

@@ -27,7 +27,7 @@ using cuda::MpApi;
 // --- the libraries -----------------------------------------------------------------------------
 
 struct Libraries {
-  const Api* rt = nullptr;  // the CUDA runtime (cuda_api.h's loader)
+  const Api* rt = nullptr;  // the CUDA runtime (vendor/cuda_api.h's loader)
   MpApi mp;
 };
 

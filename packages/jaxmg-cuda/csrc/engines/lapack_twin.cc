@@ -1,4 +1,4 @@
-// The LAPACK twin of cuSolverMg: one function per library step (routines.h), on the whole
+// The LAPACK twin of cuSolverMg: one function per library step (base/routines.h), on the whole
 // matrix. The leader gathers every position's tiles into one column-major N x N matrix in
 // position 0's workspace, runs the routine's steps on its lower triangle and scatters what
 // changed back; pivots are spread over the positions like A's columns, as cuSolverMg keeps
@@ -289,7 +289,7 @@ Outcome Getrs(const Args<T>& s, int* info) {
   ForEachPivotRange(s.c, [&](int64_t d, int64_t g, int64_t l, int64_t w) {
     std::memcpy(s.w.ipiv + g, s.c.ipiv[d] + l, sizeof(int32_t) * w);
   });
-  char trans = 'N';  // as cuSolverMg's getrs, which takes CUBLAS_OP_N alone (protocol.cc)
+  char trans = 'N';  // as cuSolverMg's getrs, which takes CUBLAS_OP_N alone (meeting/protocol.cc)
   int n = s.n, lda = s.lda, ldb = s.c.lda, nrhs = s.c.nrhs;
   getrs(&trans, &n, &nrhs, s.w.full, &lda, s.w.ipiv, static_cast<T*>(s.c.b[0]), &ldb, info);
   return *info < 0 ? IllegalArgument<T>("getrs", *info) : Outcome{};

@@ -1,4 +1,4 @@
-// The LAPACK twin: the library of the CPU backend (cpu_twin.cc), one function per step.
+// The LAPACK twin: the library of the CPU backend (platforms/cpu_twin.cc), one function per step.
 #ifndef JAXMG_LAPACK_TWIN_H_
 #define JAXMG_LAPACK_TWIN_H_
 

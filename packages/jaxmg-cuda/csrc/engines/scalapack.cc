@@ -7,7 +7,7 @@
 // processes. Before each call the processes agree on it: each proposes the smallest call it
 // has waiting, by (trace-time call id, instance) in lexicographic order (a program's ids are
 // the same on every process, since every process traces the same program; the instance tells
-// apart the HLO instructions of one call id and is the same on every process too, instance.h),
+// apart the HLO instructions of one call id and is the same on every process too, ffi/instance.h),
 // and one BLACS max-reduction over every process tells them whether they all proposed the
 // same. If not, a process whose proposal was larger than another's steps back until a smaller
 // call of its own arrives, and the processes with the smallest proposal ask again. The

@@ -17,7 +17,7 @@
 namespace jaxmg {
 
 // One process's part of a call. The operands are those of the routine's cuSolverMg target
-// (routines.cc) with these layouts:
+// (ffi/handlers.cc) with these layouts:
 //   a     [C, LLD] row-major: the column-major local array of the 2D block-cyclic layout,
 //         leading dimension LLD >= the local row count, C >= the local column count
 //         (processes pass equal shapes: the largest, padded); with `blocks`, exactly

@@ -32,7 +32,7 @@ using Status = ffi::Result<ffi::Buffer<ffi::S32>>;
 using Position = ffi::Buffer<ffi::S32>;
 using Int32s = ffi::Buffer<ffi::S32>;
 
-// The attributes every target takes last, in this order (protocol.h, Operands).
+// The attributes every target takes last, in this order (base/operands.h, Operands).
 struct Attrs {
   int64_t tile;
   Span device_ids;
@@ -241,9 +241,10 @@ struct Entry<Build> {
                           MpGrid{n, grid[0], grid[1], blocks != 0, blocks != kBlocksDiscard});
   }
 #ifdef JAXMG_WITH_CUDA
-  // Backend "mp" on GPUs: cuSOLVERMp over the NCCL communicator of `nccl_id` (cusolvermp.h).
-  // It takes no instance: its calls meet nothing in the process, and NCCL orders them as each
-  // GPU's stream runs them, in the order of the program's schedule, the same on every GPU.
+  // Backend "mp" on GPUs: cuSOLVERMp over the NCCL communicator of `nccl_id`
+  // (engines/cusolvermp.h). It takes no instance: its calls meet nothing in the process, and
+  // NCCL orders them as each GPU's stream runs them, in the order of the program's schedule,
+  // the same on every GPU.
   static ffi::Error MpCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator scratch,
                            Args... args, int64_t tile, int64_t n, Span grid, int64_t blocks,
                            int64_t call_id, Span nccl_id) {

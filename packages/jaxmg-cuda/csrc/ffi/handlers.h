@@ -17,8 +17,8 @@ struct Target {
 
 // Every routine's FFI target for the CPU twin, or for CUDA (none when built without CUDA).
 std::vector<Target> Targets(bool cuda);
-// Backend "mp": jaxmg_mp_<name>, on CPUs (ScaLAPACK over MPI, scalapack.h) or on CUDA
-// (cuSOLVERMp over NCCL, cusolvermp.h; none when built without CUDA).
+// Backend "mp": jaxmg_mp_<name>, on CPUs (ScaLAPACK over MPI, engines/scalapack.h) or on CUDA
+// (cuSOLVERMp over NCCL, engines/cusolvermp.h; none when built without CUDA).
 std::vector<Target> MpTargets(bool cuda);
 
 }  // namespace jaxmg

@@ -11,16 +11,16 @@
 // instruction (ffi::State<T> in the execute binding): XLA:CPU in CustomCallThunk::Create
 // (xla/backends/cpu/runtime/custom_call_thunk.cc). Only the CPU targets need it: XLA:CPU runs
 // a device's independent instructions in any order, XLA:GPU each GPU's in the program's
-// schedule (the CUDA targets take no instance: routines.cc). The instantiate handler numbers the
+// schedule (the CUDA targets take no instance: handlers.cc). The instantiate handler numbers the
 // instructions of each call id in the order they are instantiated in this process: the k-th
-// gets `index` k, and the meeting key holds (call_id, index) (common.h, MeetingKey).
+// gets `index` k, and the meeting key holds (call_id, index) (base/common.h, MeetingKey).
 //
 // The number is the same
 //  - on every device of one process: PJRT builds one executable for all partitions of an SPMD
 //    program, so every device runs the same instruction with the same state (on CPU the
 //    devices meeting at all shows it: tests/api/test_repeated_calls.py);
-//  - in every process of a job (multi-process mode, crossprocess.h; backend "mp",
-//    scalapack.h), provided the processes build the same executables in the same order, as
+//  - in every process of a job (multi-process mode, meeting/crossprocess.h; backend "mp",
+//    engines/scalapack.h), provided the processes build the same executables in the same order, as
 //    they trace the same programs in the same order for call ids to agree. XLA creates one
 //    executable's thunks in the order of its schedule, the same for the same program.
 #ifndef JAXMG_INSTANCE_H_

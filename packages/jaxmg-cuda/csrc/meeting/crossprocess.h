@@ -4,10 +4,10 @@
 // Each participant of a call owns one POSIX shared-memory segment: a header (state, pid,
 // the call's signature, status, an error message) followed by its operands. On CPU the
 // operands are copies; on GPU they stay in the participant's device memory and the header
-// carries CUDA IPC handles to them, which the leader maps (backend.h, SharedMemory). The leader
-// (mesh position 0) opens every other participant's segment, unlinks its name at once (so nothing
-// outlives the call even if a process dies), runs the library on the segments' memory, and
-// marks each segment done or aborted. State changes are atomics in the shared header; waits
+// carries CUDA IPC handles to them, which the leader maps (base/backend.h, SharedMemory). The
+// leader (mesh position 0) opens every other participant's segment, unlinks its name at once (so
+// nothing outlives the call even if a process dies), runs the library on the segments' memory,
+// and marks each segment done or aborted. State changes are atomics in the shared header; waits
 // poll with a short back-off, each with a deadline and a liveness check of the peer process.
 //
 // Names are "/jaxmg-<uid>-<job>-<call>-<sequence>-<position>": `job` is a random token the

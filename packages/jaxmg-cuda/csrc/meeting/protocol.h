@@ -1,4 +1,4 @@
-// One participant of one call, for every target and platform (see backend.h, rendezvous.h):
+// One participant of one call, for every target and platform (see base/backend.h, rendezvous.h):
 //
 //   check operands, copy inputs into the (normally aliased) results, synchronise
 //   -> phase 0: publish {device, buffers}; the leader sizes every position's workspace

@@ -1,5 +1,5 @@
 // The in-place relayout executor: the leader moves column ranges between the participants'
-// blocks and staging buffers (jaxmg_layout.in_place_moves, protocol.h: to_cyclic and
+// blocks and staging buffers (jaxmg_layout.in_place_moves, base/operands.h: to_cyclic and
 // from_cyclic), a round at a time, before and after the library runs.
 #ifndef JAXMG_RELAYOUT_H_
 #define JAXMG_RELAYOUT_H_

@@ -1,6 +1,6 @@
-// The CPU twin: the backend of backend.h with the LAPACK twin (lapack_twin.cc) as the
-// library, so CI runs the multi-device machinery of the GPU path (protocol.cc,
-// crossprocess.cc) on simulated CPU devices.
+// The CPU twin: the backend of base/backend.h with the LAPACK twin (engines/lapack_twin.cc) as the
+// library, so CI runs the multi-device machinery of the GPU path (meeting/protocol.cc,
+// meeting/crossprocess.cc) on simulated CPU devices.
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -24,7 +24,7 @@ namespace {
 
 // --- sharing by handle, for tests ---------------------------------------------------------
 // With JAXMG_TEST_SHARE_BY_HANDLE=1 the CPU twin takes the GPU branch of the cross-process
-// protocol (crossprocess.h): a participant shares its buffers by handle instead of by copy,
+// protocol (meeting/crossprocess.h): a participant shares its buffers by handle instead of by copy,
 // and the leader "maps" them. Here a handle is (pid, address); mapping reads the other
 // process's memory with process_vm_readv into a buffer of the leader's, and unmapping writes
 // it back with process_vm_writev, as CUDA IPC would leave the results in place. It lets CI run
@@ -143,7 +143,7 @@ ffi::Future RunOnCpu(const Operands& o) {
   CpuDevice device;
   CpuBackend backend;
   if (o.job != 0) {
-    // One participant per process (crossprocess.h): it waits on its own thread.
+    // One participant per process (meeting/crossprocess.h): it waits on its own thread.
     ffi::Error error = Participate(o, device, backend, /*max_participants=*/0);
     if (error.success()) {
       promise.SetAvailable();

@@ -1,11 +1,11 @@
-// The CUDA platform of the FFI handlers (routines.cc): a participant's own GPU, on XLA's
-// stream, and the leader's cuSolverMg (cusolvermg.cc).
+// The CUDA platform of the FFI handlers (ffi/handlers.cc): a participant's own GPU, on XLA's
+// stream, and the leader's cuSolverMg (engines/cusolvermg.cc).
 // On GPU hardware: the single-process path has run on one NVIDIA H100 (through XLA and through
 // RunCudaOnHost; the multi-device cases with that GPU listed several times). NOT YET RUN ON GPU
 // HARDWARE: two or more distinct GPUs (peer access, copies between GPUs), and the multi-process
-// mode (CUDA IPC: Share below, the leader's side in cusolvermg.cc). In CI (no GPU) this layer
-// compiles, its lowering is tested on CPU and its body runs against an emulator of the CUDA
-// runtime and cuSolverMg (RunCudaOnHost, cuda_testing.cc; tests/native/fake_cuda).
+// mode (CUDA IPC: Share below, the leader's side in engines/cusolvermg.cc). In CI (no GPU) this
+// layer compiles, its lowering is tested on CPU and its body runs against an emulator of the
+// CUDA runtime and cuSolverMg (RunCudaOnHost, testing/cuda_testing.cc; tests/native/fake_cuda).
 #include "platforms/cuda_targets.h"
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// Where a participant runs: each platform's implementation of backend.h, behind one call.
+// Where a participant runs: each platform's implementation of base/backend.h, behind one call.
 #ifndef JAXMG_PLATFORMS_H_
 #define JAXMG_PLATFORMS_H_
 
@@ -12,7 +12,7 @@
 namespace jaxmg {
 
 // The CPU twin (cpu_twin.cc): LAPACK on the leader's thread. Asynchronous: the future
-// completes once the leader is done (protocol.h, ParticipateWithoutWaiting).
+// completes once the leader is done (meeting/protocol.h, ParticipateWithoutWaiting).
 ffi::Future RunOnCpu(const Operands& operands);
 
 // cuSolverMg (cuda_targets.cc): this participant's GPU `ordinal`, on XLA's `stream`.

@@ -24,7 +24,7 @@
 namespace jaxmg {
 namespace {
 
-// The routine named `op` (routines.h, Routine::name): "potrs", "potrs_factored", "getrs", ...
+// The routine named `op` (base/routines.h, Routine::name): "potrs", "potrs_factored", "getrs", ...
 const Routine* RoutineNamed(const std::string& op) {
   for (const Routine& r : Routines())
     if (op == r.name) return &r;
@@ -35,7 +35,7 @@ const Routine* RoutineNamed(const std::string& op) {
 
 namespace {
 
-// --- RunCudaOnHost (cuda_targets.h): the handler's body on host arrays, for tests -----------
+// --- RunCudaOnHost (cuda_testing.h): the handler's body on host arrays, for tests -----------
 
 // One mesh position's buffers on its GPU: one cudaMalloc, every buffer at an aligned offset
 // past a gap, so none starts at the allocation's base (as under XLA's allocator).

@@ -33,11 +33,11 @@ struct HostCall {
   int64_t call_id = 0;
   int64_t job = 0;  // != 0: the multi-process protocol (with pids)
   std::vector<int64_t> pids;
-  std::vector<int64_t> to_cyclic, from_cyclic;  // in-place relayout moves (protocol.h)
-  // Backend "mp" on GPUs (cusolvermp.h) when `grid` is (rows, cols): one position per process
-  // (positions = {this process's}, device_ids = {its GPU}), `a` [local, lld] (the column-major
-  // local array of the 2D block-cyclic layout), pivots [ipiv_len], and the communicator's
-  // NCCL unique id as 16 int64.
+  std::vector<int64_t> to_cyclic, from_cyclic;  // in-place relayout moves (base/operands.h)
+  // Backend "mp" on GPUs (engines/cusolvermp.h) when `grid` is (rows, cols): one position per
+  // process (positions = {this process's}, device_ids = {its GPU}), `a` [local, lld] (the
+  // column-major local array of the 2D block-cyclic layout), pivots [ipiv_len], and the
+  // communicator's NCCL unique id as 16 int64.
   std::vector<int64_t> grid;
   int64_t lld = 0;       // 0: N
   int64_t ipiv_len = 0;  // 0: L

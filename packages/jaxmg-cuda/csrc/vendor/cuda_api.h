@@ -51,8 +51,8 @@ enum CUpointer_attribute {
 
 // Every function jaxmg calls, one list per library: X(return type, name, (parameters)). The
 // lists are the single source of the Api table below, of the loader's dlsym calls
-// (cuda_targets.cc) and of the check against NVIDIA's own headers and libraries
-// (cuda_api_check.cc, `nox -s cuda_abi`).
+// (cuda_api.cc) and of the check against NVIDIA's own headers and libraries
+// (vendor/check/cuda_api_check.cc, `nox -s cuda_abi`).
 #define JAXMG_CUDART_FUNCTIONS(X)                                                             \
   X(cudaError_t, cudaGetDevice, (int*))                                                       \
   X(cudaError_t, cudaSetDevice, (int))                                                        \

@@ -64,7 +64,7 @@ enum cusolverMpGridMapping_t {
 
 // Every function, one list per library: X(return type, name, (parameters)), the same form as
 // cuda_api.h's lists. They are the single source of the MpApi table below and of the check
-// against NVIDIA's headers and libraries (cusolvermp_api_check.cc, `nox -s cuda_abi`).
+// against NVIDIA's headers and libraries (vendor/check/cusolvermp_api_check.cc, `nox -s cuda_abi`).
 #define JAXMG_NCCL_FUNCTIONS(X)                                                          \
   X(ncclResult_t, ncclGetUniqueId, (ncclUniqueId*))                                      \
   X(ncclResult_t, ncclCommInitRank, (ncclComm_t*, int, ncclUniqueId, int))               \

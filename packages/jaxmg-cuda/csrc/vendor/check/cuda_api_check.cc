@@ -14,7 +14,7 @@
 //     A changed qualifier, pointer level or parameter type fails; so does a header that renames
 //     the function with a macro (the loader would dlsym the old name).
 //  2. Every mirrored type has NVIDIA's size, alignment and kind (enum, struct, pointer).
-//  3. Every enumerator and constant of cuda_api.h has NVIDIA's value.
+//  3. Every enumerator and constant of vendor/cuda_api.h has NVIDIA's value.
 // What it cannot prove: that the libraries export the names (the nox session reads their
 // symbol tables) or that calls behave as documented (only a GPU run shows that).
 #include "vendor/cuda_api.h"
@@ -40,7 +40,7 @@
 
 namespace c = jaxmg::cuda;
 
-// Every NVIDIA type that cuda_api.h mirrors: M(ours, NVIDIA's). Each pair gets an OursOf
+// Every NVIDIA type that vendor/cuda_api.h mirrors: M(ours, NVIDIA's). Each pair gets an OursOf
 // specialization and the layout checks of JAXMG_ABI_CHECK_MIRROR.
 #define JAXMG_MIRRORED_TYPES(M)                                          \
   M(c::cudaError_t, ::cudaError_t)                                       \
@@ -127,7 +127,7 @@ static_assert(c::kIpcMemLazyEnablePeerAccess == cudaIpcMemLazyEnablePeerAccess,
               "kIpcMemLazyEnablePeerAccess: cuda_api.h's value is not NVIDIA's "
               "cudaIpcMemLazyEnablePeerAccess");
 
-// Error codes that cuda_api.h may or may not declare: checked when it does. Qualified lookup
+// Error codes that vendor/cuda_api.h may or may not declare: checked when it does. Qualified lookup
 // of c::name finds the fallback below only when jaxmg::cuda itself declares no such name.
 namespace jaxmg::cuda {
 namespace abi_check_fallback {
@@ -155,7 +155,7 @@ JAXMG_SAME_VALUE_IF_DECLARED(cudaErrorPeerAccessUnsupported);
 JAXMG_SAME_VALUE_IF_DECLARED(cudaErrorPeerAccessNotEnabled);
 JAXMG_SAME_VALUE_IF_DECLARED(cudaErrorTooManyPeers);
 
-// The names cuda_targets.cc's CusolverStatusName gives to the codes 1..9.
+// The names vendor/cuda_api.cc's CusolverStatusName gives to the codes 1..9.
 static_assert(::CUSOLVER_STATUS_NOT_INITIALIZED == 1);
 static_assert(::CUSOLVER_STATUS_ALLOC_FAILED == 2);
 static_assert(::CUSOLVER_STATUS_INVALID_VALUE == 3);

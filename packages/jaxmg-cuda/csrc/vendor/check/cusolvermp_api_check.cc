@@ -11,7 +11,7 @@
 //     function with a macro; a function returning one of our `int` status types returns
 //     NVIDIA's status enum (cusolverStatus_t, ncclResult_t).
 //  2. Every mirrored type has NVIDIA's size, alignment and kind (enum, struct, pointer).
-//  3. Every enumerator and constant of cusolvermp_api.h has NVIDIA's value.
+//  3. Every enumerator and constant of vendor/cusolvermp_api.h has NVIDIA's value.
 // What it cannot prove: that libcusolverMp.so.0 and libnccl.so.2 export the names (the nox
 // session reads their symbol tables) or that calls behave as documented (a GPU run).
 #include <cusolverMp.h>
@@ -33,8 +33,8 @@
 
 namespace c = jaxmg::cuda;
 
-// Every NVIDIA type that the lists of cusolvermp_api.h use and that we mirror, cuda_api.h's
-// included: M(ours, NVIDIA's).
+// Every NVIDIA type that the lists of vendor/cusolvermp_api.h use and that we mirror,
+// vendor/cuda_api.h's included: M(ours, NVIDIA's).
 #define JAXMG_MIRRORED_TYPES(M)                                                                \
   M(c::cusolverStatus_t, ::cusolverStatus_t)                                                   \
   M(c::ncclResult_t, ::ncclResult_t)                                                           \
@@ -67,7 +67,7 @@ static_assert(std::is_same_v<jaxmg_abi::Ours<::cusolverMpHandle_t>, c::cusolverM
 static_assert(std::is_same_v<jaxmg_abi::Ours<::cusolverMpGrid_t>, c::cusolverMpGrid_t>);
 static_assert(std::is_same_v<jaxmg_abi::Ours<::cusolverMpMatrixDescriptor_t>,
                              c::cusolverMpMatrixDescriptor_t>);
-// Taken over as it is (cuda_api.h's global typedef).
+// Taken over as it is (vendor/cuda_api.h's global typedef).
 static_assert(std::is_same_v<::cudaStream_t, cudaStream_t>);
 
 // --- 1. Prototypes. --------------------------------------------------------------------------

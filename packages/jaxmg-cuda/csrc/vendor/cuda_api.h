@@ -1,8 +1,8 @@
 // The subset of the CUDA runtime and cuSolverMg API jaxmg uses, declared here so the package
 // builds with no CUDA toolkit; the libraries are opened with dlopen at first GPU use.
 // Values and signatures follow cuda_runtime_api.h, library_types.h, cublas_api.h,
-// cusolver_common.h and cusolverMg.h; csrc/cuda_api_check.cc asserts the enum values against
-// the real headers whenever CMake finds them.
+// cusolver_common.h and cusolverMg.h; csrc/vendor/check/cuda_api_check.cc asserts the enum
+// values against the real headers whenever CMake finds them.
 #ifndef JAXMG_CUDA_API_H_
 #define JAXMG_CUDA_API_H_
 

@@ -2,8 +2,8 @@
 // declared here, like cuda_api.h, so the package builds with neither installed; the libraries
 // are to be opened with dlopen at first use. Values and signatures follow cusolverMp.h
 // (cuSOLVERMp 0.9, the same header in the CUDA 12 and CUDA 13 wheels) and nccl.h (NCCL 2.x);
-// csrc/cusolvermp_api_check.cc asserts them against NVIDIA's headers and `nox -s cuda_abi`
-// checks that the libraries export every name.
+// csrc/vendor/check/cusolvermp_api_check.cc asserts them against NVIDIA's headers and
+// `nox -s cuda_abi` checks that the libraries export every name.
 //
 // The types cuSOLVERMp shares with cuSolverMg (cudaStream_t, cudaDataType, cublasFillMode_t,
 // cublasOperation_t, cusolverStatus_t) are cuda_api.h's.

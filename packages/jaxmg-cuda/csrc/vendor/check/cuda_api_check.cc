@@ -1,5 +1,5 @@
-// Checks csrc/cuda_api.h against NVIDIA's own headers, at compile time only (nothing here is
-// linked into the module). Compiled by `nox -s cuda_abi` once per CUDA major version (12 and
+// Checks csrc/vendor/cuda_api.h against NVIDIA's own headers, at compile time only (nothing here
+// is linked into the module). Compiled by `nox -s cuda_abi` once per CUDA major version (12 and
 // 13, headers from NVIDIA's wheels) and by CMake when it finds the headers of one CUDA version
 // that compile on their own.
 //

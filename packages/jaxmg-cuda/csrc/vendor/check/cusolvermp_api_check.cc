@@ -1,5 +1,5 @@
-// Checks csrc/cusolvermp_api.h against NVIDIA's cusolverMp.h and nccl.h, at compile time only
-// (nothing here is linked into the module). Compiled by `nox -s cuda_abi` once per CUDA major
+// Checks csrc/vendor/cusolvermp_api.h against NVIDIA's cusolverMp.h and nccl.h, at compile time
+// only (nothing here is linked into the module). Compiled by `nox -s cuda_abi` once per CUDA major
 // version, against the headers of the cuSOLVERMp and NCCL wheels for it plus those of that
 // CUDA version's runtime, cuSOLVER and cuBLAS wheels (cusolverMp.h includes cusolverDn.h).
 //

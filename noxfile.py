@@ -29,8 +29,8 @@
   then the GPU engine (cuSOLVERMp over NCCL) on the emulator of tests/native/fake_cuda, which
   computes with that ScaLAPACK.
 - ``cuda_abi``: no GPU needed: fetch NVIDIA's CUDA 12 and 13 wheels (pinned, cached in
-  ``.nox/cuda_abi-cache``) and check ``csrc/cuda_api.h`` against their headers and libraries,
-  and ``csrc/cusolvermp_api.h`` against the cuSOLVERMp and NCCL wheels for each; then build
+  ``.nox/cuda_abi-cache``) and check ``csrc/vendor/cuda_api.h`` against their headers and libraries,
+  and ``csrc/vendor/cusolvermp_api.h`` against the cuSOLVERMp and NCCL wheels for each; then build
   the module once with ``-static-libstdc++`` and check that it exports nothing but its entry
   point (``packages/jaxmg-cuda/abi/exports.py``).
 """
@@ -384,7 +384,7 @@ if os.environ.get("JAXMG_NOX_VERBOSE"):
 
 @nox.session
 def cuda_abi(session):
-    """Check csrc/cuda_api.h and csrc/cusolvermp_api.h against NVIDIA's CUDA 12 and 13
+    """Check csrc/vendor/cuda_api.h and csrc/vendor/cusolvermp_api.h against NVIDIA's CUDA 12 and 13
     headers and libraries (cuSOLVERMp and NCCL for the latter), with no GPU; then build the
     module with -static-libstdc++ and check that it exports PyInit__jaxmg_cuda alone."""
     # cmake, pybind11 and jax: the self-test configures packages/jaxmg-cuda's CMakeLists.txt,

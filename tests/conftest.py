@@ -128,6 +128,8 @@ def once_per_suite(request):
 
 
 FAKE_CUDA = os.path.join(os.path.dirname(__file__), "native", "fake_cuda")
+#: jaxmg-cuda's native sources: the emulator includes their vendor declarations from there.
+CSRC = os.path.join(os.path.dirname(__file__), "..", "packages", "jaxmg-cuda", "csrc")
 #: The names jaxmg opens the CUDA libraries by, all served by the emulator.
 FAKE_CUDA_NAMES = (
     "libcudart.so.13",
@@ -154,7 +156,7 @@ def fake_cuda(tmp_path_factory):
     sources = [os.path.join(FAKE_CUDA, name) for name in ("fake_cuda.cc", "fake_cusolvermp.cc")]
     subprocess.run(
         [compiler, "-std=c++17", "-O1", "-g", "-shared", "-fPIC", "-Wl,-soname,libfakecuda.so"]
-        + ["-o", str(library), *sources, "-lpthread", "-ldl"],
+        + ["-I", CSRC, "-o", str(library), *sources, "-lpthread", "-ldl"],
         check=True,
         timeout=300,
     )

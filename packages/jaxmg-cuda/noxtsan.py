@@ -8,8 +8,8 @@ native tests on 4 and 8 simulated devices. Reports go to ``tsan-reports/`` in th
 temporary folder; any report fails the session. Only our library is instrumented, so races
 inside XLA itself are out of scope (``ignore_noninstrumented_modules``).
 
-``asan``: the CUDA layer (cusolvermg.cc, cuda_targets.cc and the shared protocol, in one
-process and across processes) on the CUDA emulator, through
+``asan``: the CUDA layer (csrc/engines/cusolvermg.cc, csrc/platforms/cuda_targets.cc and the
+shared protocol, in one process and across processes) on the CUDA emulator, through
 ``tests/native/test_cuda_host_calls.py``, whose calls run in processes that never start jax's
 backend: jaxlib's C++ exceptions trip ASan's ``__cxa_throw`` interceptor, so the jax-driven
 tests cannot run under it.

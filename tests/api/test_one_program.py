@@ -6,8 +6,8 @@ on a pool of about one thread per device, and its collectives block their thread
 device has joined. A jaxmg handler that blocked its thread while waiting for the other devices
 could hold the thread another device needed: the program stalled and XLA aborted the process
 after 40 s (4 devices, 3 runs of 3 before the CPU handlers returned an ``ffi::Future``,
-csrc/rendezvous.h). Run in a process of its own, so that an abort fails this test and not the
-suite; the deadline guards against a hang and is far beyond the run's time.
+csrc/meeting/rendezvous.h). Run in a process of its own, so that an abort fails this test and
+not the suite; the deadline guards against a hang and is far beyond the run's time.
 """
 
 import os

@@ -5,7 +5,7 @@ once: its jaxmg call gets one trace-time ``call_id``, and XLA inlines the calls 
 instructions with the same attributes. jaxmg's own LU solve is such a function: the forward
 derivatives of ``lu_solve`` (twice, trans 0 and 1) and of ``lu_solve`` on the matrix itself
 call it several times in one program. The devices may run those instructions in different
-orders; each instruction's participants must still meet each other (csrc/instance.h), or the
+orders; each instruction's participants must still meet each other (csrc/ffi/instance.h), or the
 call fails ("two participants claim mesh position ...") or, where the shapes agree, solves a
 device's shard of one problem with the others' shards of another.
 """

@@ -1,10 +1,10 @@
-"""One rank of an ``mpiexec -n P`` job running backend "mp"'s GPU engine (csrc/cusolvermp.cc)
-outside XLA, through the test hook ``run_cuda_on_host`` with a grid, against the emulator of the
-CUDA runtime, NCCL and cuSOLVERMp in ``tests/native/fake_cuda`` (numbers from MKL's ScaLAPACK,
-loaded here by ``jaxmg_cuda.mp.load``). Each rank stages its local array of the 2D block-cyclic
-layout (:class:`jaxmg_layout.BlockCyclic2D`) on its emulated GPU; the engine builds the NCCL
-communicator from the unique id rank 0 made, the handle, the grid and the descriptors, runs the
-routine and writes the outputs back. The results are checked against numpy.
+"""One rank of an ``mpiexec -n P`` job running backend "mp"'s GPU engine
+(csrc/engines/cusolvermp.cc) outside XLA, through the test hook ``run_cuda_on_host`` with a grid,
+against the emulator of the CUDA runtime, NCCL and cuSOLVERMp in ``tests/native/fake_cuda`` (numbers
+from MKL's ScaLAPACK, loaded here by ``jaxmg_cuda.mp.load``). Each rank stages its local array of
+the 2D block-cyclic layout (:class:`jaxmg_layout.BlockCyclic2D`) on its emulated GPU; the engine
+builds the NCCL communicator from the unique id rank 0 made, the handle, the grid and the
+descriptors, runs the routine and writes the outputs back. The results are checked against numpy.
 
 Usage: ``mpiexec -n P python cusolvermp_worker.py ROWSxCOLS TILE N EMULATOR_DIR RESULTS_DIR``.
 Each rank writes ``RESULTS_DIR/<rank>.jsonl``: one line per check, then the emulator's state.

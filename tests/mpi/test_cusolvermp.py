@@ -1,5 +1,5 @@
-"""Backend "mp"'s GPU engine (csrc/cusolvermp.cc) under ``mpiexec``, outside XLA, against the
-emulator of the CUDA runtime, NCCL and cuSOLVERMp (tests/native/fake_cuda, numbers from MKL's
+"""Backend "mp"'s GPU engine (csrc/engines/cusolvermp.cc) under ``mpiexec``, outside XLA, against
+the emulator of the CUDA runtime, NCCL and cuSOLVERMp (tests/native/fake_cuda, numbers from MKL's
 ScaLAPACK): every routine and dtype on 1x2, 2x1, 2x2 and 1x4 process grids against numpy, a
 matrix that is not positive definite, what cuSOLVERMp 0.9 cannot do refused with the reason,
 and no misuse of the libraries (``cusolvermp_worker.py``). NOT A GPU RUN: it proves the

@@ -1,4 +1,5 @@
-"""jaxmg_cuda's CUDA path (``cusolvermg.cc``, ``cuda_targets.cc``) without XLA, against numpy.
+"""jaxmg_cuda's CUDA path (``csrc/engines/cusolvermg.cc``, ``csrc/platforms/cuda_targets.cc``)
+without XLA, against numpy.
 
 ``run_cuda_on_host`` (a test hook of the native module) stages host arrays on their GPUs and
 runs, one thread per mesh position, exactly what the CUDA FFI handlers run: the checks, the

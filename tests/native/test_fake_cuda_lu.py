@@ -92,6 +92,7 @@ def lib(tmp_path_factory, once_per_suite):
     library = tmp_path_factory.mktemp("fake_cuda_lu") / "libfakecuda_lu.so"
     subprocess.run(
         [compiler, "-std=c++17", "-O1", "-g", "-shared", "-fPIC", "-Wl,-soname,libfakecuda_lu.so"]
+        + ["-I", str(HERE.parents[2] / "packages" / "jaxmg-cuda" / "csrc")]
         + ["-o", str(library), str(HERE / "fake_cuda.cc"), str(HERE / "fake_cusolvermp.cc")]
         + ["-lpthread", "-ldl"],
         check=True,

@@ -1,4 +1,4 @@
-"""The meeting registry (rendezvous.h) driven directly from Python threads.
+"""The meeting registry (csrc/meeting/rendezvous.h) driven directly from Python threads.
 
 End-to-end tests through jax cannot catch a meeting that mixes two executions on CPU: XLA:CPU
 in jax 0.10 never overlaps executions. Here each thread is one participant of one call

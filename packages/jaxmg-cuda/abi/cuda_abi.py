@@ -1,4 +1,4 @@
-"""Check csrc/cuda_api.h against NVIDIA's real headers and libraries, for CUDA 12 and 13.
+"""Check csrc/vendor/cuda_api.h against NVIDIA's real headers and libraries, for CUDA 12 and 13.
 
 No GPU and no CUDA toolkit needed: the headers and the two libraries the loader opens come from
 NVIDIA's pip wheels (pinned below), fetched with ``pip download --no-deps`` into a temporary
@@ -7,23 +7,25 @@ under ``.nox/cuda_abi-cache`` (or ``$JAXMG_CUDA_ABI_CACHE``), one folder per pin
 
 Per CUDA version:
 
-1. ``csrc/cuda_api_check.cc`` compiles (``-fsyntax-only``) against that version's headers only;
-   its static_asserts prove every prototype, mirrored type and value of cuda_api.h. Every
-   constant and type cuda_api.h declares must be named in the check file.
+1. ``csrc/vendor/check/cuda_api_check.cc`` compiles (``-fsyntax-only``) against that
+   version's headers only; its static_asserts prove every prototype, mirrored type and value
+   of cuda_api.h. Every constant and type cuda_api.h declares must be named in the check file.
 2. Every name in JAXMG_CUDART_FUNCTIONS / JAXMG_CUSOLVERMG_FUNCTIONS is an exported, defined
    function (default symbol version, what dlsym finds) of libcudart.so.X / libcusolverMg.so.Y,
    read from their ELF dynamic symbol tables. (dlopen would need every library libcusolverMg
    links to: cuBLAS, cuBLASLt, cuSPARSE, nvJitLink, about 1 GB more of wheels.) The driver's
    functions (libcuda.so.1, not in any wheel) are checked against cuda.h only.
 
-3. The same for ``csrc/cusolvermp_api.h`` (cuSOLVERMp and NCCL, for the coming multi-node
-   backend), with ``csrc/cusolvermp_api_check.cc``: compiled against the cuSOLVERMp and NCCL
-   wheels for that CUDA major (pinned in MP_RELEASES, cached the same way) plus that CUDA
-   version's headers above; every name of JAXMG_CUSOLVERMP_FUNCTIONS / JAXMG_NCCL_FUNCTIONS is
-   exported by libcusolverMp.so.0 / libnccl.so.2, whose sonames are the ones the header names,
-   and libcusolverMp.so.0 links that CUDA major's runtime and cuSOLVER (the pairing is right).
+3. The same for ``csrc/vendor/cusolvermp_api.h`` (cuSOLVERMp and NCCL, for the coming
+   multi-node backend), with ``csrc/vendor/check/cusolvermp_api_check.cc``: compiled against
+   the cuSOLVERMp and NCCL wheels for that CUDA major (pinned in MP_RELEASES, cached the same
+   way) plus that CUDA version's headers above; every name of JAXMG_CUSOLVERMP_FUNCTIONS /
+   JAXMG_NCCL_FUNCTIONS is exported by libcusolverMp.so.0 / libnccl.so.2, whose sonames are the
+   ones the header names, and libcusolverMp.so.0 links that CUDA major's runtime and cuSOLVER
+   (the pairing is right).
 
-Both declaration headers must compile on their own with the C++ standard library alone.
+Both declaration headers must compile on their own with the C++ standard library alone (and
+csrc/ on the include path, where they find each other).
 
 Then self-tests of the check itself: a copied header (NVIDIA's, or ours) with one prototype or
 value changed must fail the compile with a message naming it, a cuSOLVERMp wheel paired with
@@ -54,11 +56,12 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1]  # packages/jaxmg-cuda
 ROOT = PACKAGE.parents[1]
 CSRC = PACKAGE / "csrc"
-CHECK_SOURCE = CSRC / "cuda_api_check.cc"
-API_HEADER = CSRC / "cuda_api.h"
-LOADER_SOURCE = CSRC / "cuda_api.cc"
-MP_CHECK_SOURCE = CSRC / "cusolvermp_api_check.cc"
-MP_HEADER = CSRC / "cusolvermp_api.h"
+# Paths relative to CSRC are what the sources #include (csrc/ is on the include path).
+CHECK_SOURCE = CSRC / "vendor" / "check" / "cuda_api_check.cc"
+API_HEADER = CSRC / "vendor" / "cuda_api.h"
+LOADER_SOURCE = CSRC / "vendor" / "cuda_api.cc"
+MP_CHECK_SOURCE = CSRC / "vendor" / "check" / "cusolvermp_api_check.cc"
+MP_HEADER = CSRC / "vendor" / "cusolvermp_api.h"
 DEFAULT_CACHE = ROOT / ".nox" / "cuda_abi-cache"
 
 
@@ -257,7 +260,7 @@ MP_LISTS = {"nccl": "JAXMG_NCCL_FUNCTIONS", "cusolverMp": "JAXMG_CUSOLVERMP_FUNC
 
 def listed_functions(compiler: str, header: Path, macros: dict[str, str]) -> dict[str, list[str]]:
     """The names of each X-macro list of `header`, as a loader spells them for dlsym."""
-    probe = f'#include "{header.name}"\n'
+    probe = f'#include "{header.relative_to(CSRC).as_posix()}"\n'
     for lib, macro in macros.items():
         probe += f"#define JAXMG_PROBE_{lib}(ret, name, params) @@jaxmg_abi {lib} #name\n"
         probe += f"{macro}(JAXMG_PROBE_{lib})\n"
@@ -299,7 +302,7 @@ def check_coverage(header: Path, check_source: Path) -> int:
     missing += [t for t in types if f"c::{t}" not in check]
     if missing:
         raise CheckFailed(
-            f"{header.name} declares what csrc/{check_source.name} does not check: "
+            f"{header.name} declares what {check_source.relative_to(PACKAGE)} does not check: "
             + ", ".join(missing)
         )
     return len(constants)
@@ -376,7 +379,7 @@ def check_compiles(
     result = compile_check(compiler, includes, source)
     if result.returncode != 0:
         raise CheckFailed(
-            f"{label}: csrc/{header.name} does not match NVIDIA's headers:\n"
+            f"{label}: {header.relative_to(PACKAGE)} does not match NVIDIA's headers:\n"
             + result.stdout
             + result.stderr
         )
@@ -412,10 +415,11 @@ def check_needs(label: str, folder: Path, needs: dict[str, tuple[str, ...]]) -> 
 
 
 def check_standalone(compiler: str, headers: tuple[Path, ...]) -> None:
-    """Each header compiles alone, with nothing but csrc/ and the C++ standard library."""
+    """Each header compiles alone, with nothing but csrc/ (on the include path) and the C++
+    standard library."""
     sysdirs = system_dirs(compiler) + [CSRC.resolve()]
     for header in headers:
-        base = [compiler, "-std=c++17", "-x", "c++", str(header)]
+        base = [compiler, "-std=c++17", f"-I{CSRC}", "-x", "c++", str(header)]
         result = subprocess.run(
             base + ["-fsyntax-only", "-Wall", "-Wextra", "-Werror"],
             capture_output=True,
@@ -483,8 +487,8 @@ def check_mp_release(
 
 # --- Self-tests --------------------------------------------------------------------------------
 
-# (header, pattern, replacement, what the compile error must name). A header of csrc/ is a
-# change to our declarations, any other one to NVIDIA's.
+# (header, pattern, replacement, what the compile error must name). A header of csrc/ (named
+# by its path there) is a change to our declarations, any other one to NVIDIA's.
 MUTATIONS = (
     ("cusolverMg.h", r"\bint(\s+)deviceId\[\]", r"const int\1deviceId[]", "cusolverMgDeviceSelect"),
     # (the first `int64_t *lwork)` in cusolverMg.h is cusolverMgSyevd_bufferSize's)
@@ -539,19 +543,19 @@ MP_MUTATIONS = (
     ("nccl.h", r"\Z", "\n#define ncclCommDestroy pncclCommDestroy\n", "ncclCommDestroy"),
     # Ours: pivots are int64_t, not cuSolverMg's int; NUMROC's coordinates unsigned.
     (
-        "cusolvermp_api.h",
+        "vendor/cusolvermp_api.h",
         r"int64_t\*, cudaDataType",
         "int*, cudaDataType",
         "cusolverMpGetrf_bufferSize",
     ),
     (
-        "cusolvermp_api.h",
+        "vendor/cusolvermp_api.h",
         r"cusolverMpNUMROC, \(int64_t, int64_t, uint32_t",
         "cusolverMpNUMROC, (int64_t, int64_t, int32_t",
         "cusolverMpNUMROC",
     ),
     (
-        "cusolvermp_api.h",
+        "vendor/cusolvermp_api.h",
         r"CUSOLVERMP_GRID_MAPPING_COL_MAJOR = 0",
         "CUSOLVERMP_GRID_MAPPING_COL_MAJOR = 1",
         "CUSOLVERMP_GRID_MAPPING_COL_MAJOR",
@@ -583,7 +587,7 @@ def self_test_mutation(compiler: str, folders: list[Path], source: Path, mutatio
             raise CheckFailed(f"self-test: /{pattern}/ not found in {header}")
         path.write_text(changed)
         includes = [d for f in folders for d in include_dirs(f)]
-        result = compile_check(compiler, includes, csrc / source.name, csrc)
+        result = compile_check(compiler, includes, csrc / source.relative_to(CSRC), csrc)
     message = result.stdout + result.stderr
     if result.returncode == 0:
         raise CheckFailed(f"self-test: the check passed with {header} changed ({name})")
@@ -639,8 +643,8 @@ def self_test_cmake(folder: Path, other: Path) -> int:
         # The wheels as CMake's own search finds them: `import nvidia.*` from PYTHONPATH.
         no_nvcc = tmp / "no_nvcc"
         shutil.copytree(folder / "files", no_nvcc, ignore=shutil.ignore_patterns("cuda_nvcc"))
-        checking = "jaxmg: checking csrc/cuda_api.h against the headers of "
-        skipping = "jaxmg: csrc/cuda_api.h is not checked"
+        checking = "jaxmg: checking csrc/vendor/cuda_api.h against the headers of "
+        skipping = "jaxmg: csrc/vendor/cuda_api.h is not checked"
         # (what, JAXMG_CUDA_INCLUDE_DIRS or None, PYTHONPATH or None, expected, not expected)
         cases = [
             ("a cusolverMg.h whose includes are missing", [fake], None, skipping, checking),
@@ -742,7 +746,9 @@ def main() -> int:
             f"{mp_constants} constants of cusolvermp_api.h, each asserted in "
             "cusolvermp_api_check.cc"
         )
-        summary.append("cuda_api.h and cusolvermp_api.h compile alone (C++ standard library only)")
+        summary.append(
+            "cuda_api.h and cusolvermp_api.h compile alone (csrc/ and the C++ standard library)"
+        )
         if not args.no_self_test:
             newest = RELEASES[-1].label
             oldest = folders[RELEASES[0].label]

@@ -1,5 +1,6 @@
 // fakecuda: a strict host-memory emulator of the CUDA runtime, driver and cuSolverMg entry
-// points that jaxmg dlopens (packages/jaxmg-cuda/csrc/cuda_api.h), for CI machines without a GPU.
+// points that jaxmg dlopens (packages/jaxmg-cuda/csrc/vendor/cuda_api.h), for CI machines
+// without a GPU.
 //
 // THIS IS NOT A MODEL OF WHAT REAL CUDA OR cuSolverMg DO. It runs jaxmg's CUDA plumbing and
 // flags plumbing bugs: a pointer on the wrong device, a missing stream synchronisation (async
@@ -23,16 +24,17 @@
 // - one GPU may be listed several times in a device list (the H100: listed 2, 3, 4 and 8
 //   times, 54 of 54 cases right).
 // XLA's scratch allocator refusing alignments over 16 is emulated by jaxmg's own test hook
-// (RunCudaOnHost, cuda_testing.cc), since XLA, not CUDA, hands that memory out.
+// (RunCudaOnHost, csrc/testing/cuda_testing.cc), since XLA, not CUDA, hands that memory out.
 //
 // fake_cusolvermp.cc, built into the same library, emulates the NCCL and cuSOLVERMp functions
-// (cusolvermp_api.h) on these devices and streams, with MKL's ScaLAPACK over MPI for the numbers;
+// (csrc/vendor/cusolvermp_api.h) on these devices and streams, with MKL's ScaLAPACK over MPI
+// for the numbers;
 // it reaches this file's state through fake_cuda.h.
 //
 // Build as one library and make libcudart.so.13, libcusolverMg.so.12, libcuda.so.1,
 // libcusolverMp.so.0 and libnccl.so.2 links to it:
 //   c++ -std=c++17 -O1 -g -shared -fPIC -Wl,-soname,libfakecuda.so -o libfakecuda.so
-//       fake_cuda.cc fake_cusolvermp.cc -lpthread -ldl
+//       -I ../../../packages/jaxmg-cuda/csrc fake_cuda.cc fake_cusolvermp.cc -lpthread -ldl
 // FAKECUDA_DEVICES (1..16, default 16) sets the number of emulated devices.
 // FAKECUDA_NOT_PD_STATUS, FAKECUDA_NOT_PD_ZERO_INFO: see cusolverMgPotrf below.
 // FAKECUDA_PEER_ERROR=e: cudaDeviceEnablePeerAccess fails with cudaError e (e.g. 711,

@@ -1,8 +1,8 @@
-// fakecuda's NCCL and cuSOLVERMp: the functions of packages/jaxmg-cuda/csrc/cusolvermp_api.h,
-// emulated on fake_cuda.cc's host-memory devices and streams, so that jaxmg's cuSOLVERMp engine
-// runs under `mpiexec` (MPICH from pip) on machines without a GPU. Built into the same library
-// as fake_cuda.cc (its header comment has the command), opened as libcusolverMp.so.0 and
-// libnccl.so.2.
+// fakecuda's NCCL and cuSOLVERMp: the functions of
+// packages/jaxmg-cuda/csrc/vendor/cusolvermp_api.h, emulated on fake_cuda.cc's host-memory
+// devices and streams, so that jaxmg's cuSOLVERMp engine runs under `mpiexec` (MPICH from pip)
+// on machines without a GPU. Built into the same library as fake_cuda.cc (its header comment
+// has the command), opened as libcusolverMp.so.0 and libnccl.so.2.
 //
 // THIS IS NOT A MODEL OF cuSOLVERMp's NUMERICS. It checks the plumbing (handles, grids,
 // descriptors, pointers on the right device and inside their allocations, workspace sizes,
@@ -64,8 +64,8 @@
 #include <utility>
 #include <vector>
 
-#include "../../../packages/jaxmg-cuda/csrc/cusolvermp_api.h"
 #include "fake_cuda.h"
+#include "vendor/cusolvermp_api.h"  // packages/jaxmg-cuda/csrc/ on the include path
 
 using jaxmg::cuda::cublasFillMode_t;
 using jaxmg::cuda::cublasOperation_t;

@@ -1,7 +1,8 @@
 // Stand-ins for the CUDA runtime and cuSolverMg that export every function jaxmg's loader
-// binds (the lists in packages/jaxmg-cuda/csrc/cuda_api.h) and do nothing: enough to see which
-// libraries the loader maps, never called. Built once per soname by tests/native/test_cuda_loader.py.
-#include "cuda_api.h"
+// binds (the lists in packages/jaxmg-cuda/csrc/vendor/cuda_api.h) and do nothing: enough to see
+// which libraries the loader maps, never called. Built once per soname by
+// tests/native/test_cuda_loader.py.
+#include "vendor/cuda_api.h"
 
 namespace jaxmg::cuda {
 namespace {

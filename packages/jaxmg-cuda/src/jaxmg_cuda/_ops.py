@@ -13,7 +13,7 @@ from . import _jaxmg_cuda, _libraries
 # A new id per traced call: the handlers of one call meet under (device ids, call id), so
 # two calls in one program never meet each other. The HLO instructions one traced call may
 # become (a jitted function called twice in one program) are told apart at run time by their
-# instance (csrc/instance.h).
+# instance (csrc/ffi/instance.h).
 _call_ids = itertools.count(1)
 
 
@@ -27,7 +27,7 @@ def _register_lapack() -> None:
 
 
 def _register_targets() -> None:
-    # The state type first: a CPU target's instantiate stage makes one (csrc/instance.h).
+    # The state type first: a CPU target's instantiate stage makes one (csrc/ffi/instance.h).
     for name, registration in _jaxmg_cuda.state_types().items():
         jax.ffi.register_ffi_type(name, registration, platform="cpu")
     # Each target: {stage: capsule}, its instantiate (CPU only) and execute stages.

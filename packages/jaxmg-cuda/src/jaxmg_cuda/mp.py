@@ -42,7 +42,7 @@ from . import _jaxmg_cuda
 from . import _ops as _ops  # registers the state type of the CPU targets' instantiate stage
 
 # A new id per traced call, the same on every process (they trace the same program): the
-# processes agree on the order of calls by it (csrc/scalapack.cc).
+# processes agree on the order of calls by it (csrc/engines/scalapack.cc).
 _call_ids = itertools.count(1)
 
 #: The wheels' libraries, in dependency order: MPICH's libmpi (for BLACS), then MKL's core,
@@ -60,7 +60,7 @@ _handles: list = []
 
 
 def _register_targets() -> None:
-    # Each target: {stage: capsule}; _ops registered the CPU state type (csrc/instance.h).
+    # Each target: {stage: capsule}; _ops registered the CPU state type (csrc/ffi/instance.h).
     for name, stages in _jaxmg_cuda.mp_targets().items():
         jax.ffi.register_ffi_target(name, stages, platform="cpu")
     for name, stages in _jaxmg_cuda.mp_targets(cuda=True).items():

@@ -1,0 +1,566 @@
+// cuSOLVERMp over NCCL (cusolvermp.h): the libraries, the process's communicators, handle and
+// grids, and one call on this process's local array.
+// NOT YET RUN ON GPU HARDWARE (cusolvermp.h).
+#include "engines/cusolvermp.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "base/common.h"
+#include "vendor/cusolvermp_api.h"
+#include "vendor/loader.h"
+
+namespace jaxmg {
+namespace {
+
+using cuda::MpApi;
+
+// --- the libraries -----------------------------------------------------------------------------
+
+struct Libraries {
+  const Api* rt = nullptr;  // the CUDA runtime (vendor/cuda_api.h's loader)
+  MpApi mp;
+};
+
+std::mutex load_mu;
+
+const Libraries* Load(std::string* error) {
+  std::lock_guard<std::mutex> lock(load_mu);
+  static Libraries* libs = nullptr;
+  static std::string failure;
+  if (libs != nullptr) return libs;
+  if (!failure.empty()) {
+    *error = failure;
+    return nullptr;
+  }
+  auto loaded = std::make_unique<Libraries>();
+  loaded->rt = cuda::Load(&failure);
+  if (loaded->rt == nullptr) {
+    *error = failure;
+    return nullptr;
+  }
+  // The handles stay open for the life of the process.
+  cuda::OpenFailures tried;
+  void* nccl = cuda::OpenLibrary(cuda::kNcclLibrary, &tried);
+  void* solver = cuda::OpenLibrary(cuda::kCusolverMpLibrary, &tried);
+  if (nccl == nullptr || solver == nullptr) {
+    // Found but not loadable is a version mismatch far more often than a missing file: on the
+    // first H100, cuSOLVERMp 0.9.1 for CUDA 13 (through cuBLASMp 0.10) needed
+    // ncclCommQueryProperties, which NCCL 2.28 lacks.
+    failure = "jaxmg: backend 'mp' on GPUs needs NCCL (libnccl.so.2) and cuSOLVERMp "
+              "(libcusolverMp.so.0, with cuBLASMp)" +
+              std::string(tried.unloadable.empty() ? ", which were not found."
+                                                   : ", which were found but could not all be "
+                                                     "loaded.") +
+              cuda::DescribeFailures(tried);
+    if (!tried.unloadable.empty())
+      failure +=
+          "\nThe versions must match: cuSOLVERMp 0.9.1 for CUDA 13 needs cuBLASMp 0.10, which "
+          "needs NCCL >= 2.29.2 (with an older NCCL it fails on an undefined symbol such as "
+          "ncclCommQueryProperties); each needs the CUDA major it was built for. Upgrade NCCL "
+          "(pip install 'nvidia-nccl-cu13>=2.29.2', or -cu12) or load matching libraries "
+          "first (LD_LIBRARY_PATH).";
+    else
+      failure +=
+          "\nInstall NVIDIA's wheels (pip install nvidia-cusolvermp-cu12 nvidia-nccl-cu12, or "
+          "the -cu13 pair) or add their folders to LD_LIBRARY_PATH.";
+    *error = failure;
+    return nullptr;
+  }
+  std::string missing;
+#define JAXMG_BIND_NCCL(ret, name, params) cuda::Bind(nccl, #name, loaded->mp.name, &missing);
+#define JAXMG_BIND_MP(ret, name, params) cuda::Bind(solver, #name, loaded->mp.name, &missing);
+  JAXMG_NCCL_FUNCTIONS(JAXMG_BIND_NCCL)
+  JAXMG_CUSOLVERMP_FUNCTIONS(JAXMG_BIND_MP)
+#undef JAXMG_BIND_NCCL
+#undef JAXMG_BIND_MP
+  if (!missing.empty()) {
+    failure = "jaxmg: NCCL and cuSOLVERMp lack symbols:" + missing;
+    *error = failure;
+    return nullptr;
+  }
+  libs = loaded.release();
+  return libs;
+}
+
+// Every cuSOLVERMp and NCCL call goes through these (cuda_internal.h's JAXMG_VENDOR for the
+// runtime): a failure returns an Outcome naming the call and the library's message.
+#define JAXMG_CUSOLVERMP(libs, expr)                                                        \
+  do {                                                                                      \
+    const int jaxmg_status_ = (libs)->mp.expr;                                              \
+    if (jaxmg_status_ != 0) {                                                               \
+      std::ostringstream jaxmg_m_;                                                          \
+      jaxmg_m_ << __FILE__ << ":" << __LINE__ << ": " << #expr                              \
+               << " failed: " << CusolverStatusName(jaxmg_status_) << " (" << jaxmg_status_ \
+               << ")";                                                                      \
+      return Outcome::Fail(jaxmg_m_.str());                                                 \
+    }                                                                                       \
+  } while (0)
+#define JAXMG_NCCL(libs, expr)                                                        \
+  do {                                                                                \
+    const int jaxmg_status_ = (libs)->mp.expr;                                        \
+    if (jaxmg_status_ != cuda::ncclSuccess) {                                         \
+      std::ostringstream jaxmg_m_;                                                    \
+      jaxmg_m_ << __FILE__ << ":" << __LINE__ << ": " << #expr                        \
+               << " failed: " << (libs)->mp.ncclGetErrorString(jaxmg_status_) << " (" \
+               << jaxmg_status_ << ")";                                               \
+      return Outcome::Fail(jaxmg_m_.str());                                           \
+    }                                                                                 \
+  } while (0)
+
+// --- what a process keeps between calls ---------------------------------------------------------
+
+// One NCCL communicator per unique id, one cuSOLVERMp handle per GPU (the library allows no
+// more), one grid per communicator and shape; kept for the life of the process. Guarded by
+// `state_mu`, held for a whole call (one GPU per process: calls come one at a time anyway).
+struct State {
+  std::map<std::string, cuda::ncclComm_t> comms;
+  std::map<int, cuda::cusolverMpHandle_t> handles;
+  std::map<std::tuple<cuda::ncclComm_t, int64_t, int64_t>, cuda::cusolverMpGrid_t> grids;
+};
+std::mutex state_mu;
+State& TheState() {
+  static auto* state = new State();
+  return *state;
+}
+
+// --- one call ------------------------------------------------------------------------------------
+
+class Call {
+ public:
+  Call(const Libraries* libs, const Operands& o, const MpGrid& g, cudaStream_t stream,
+       int32_t ordinal, ScratchFn scratch)
+      : libs_(libs),
+        rt_(libs->rt),
+        o_(o),
+        g_(g),
+        stream_(stream),
+        ordinal_(ordinal),
+        scratch_(std::move(scratch)) {}
+
+  ~Call() {
+    for (cuda::cusolverMpMatrixDescriptor_t d : {desc_a_, desc_b_, desc_q_})
+      if (d != nullptr) libs_->mp.cusolverMpDestroyMatrixDesc(d);
+  }
+  Call(const Call&) = delete;
+  Call& operator=(const Call&) = delete;
+
+  // Reads the position, checks the operands, then runs the routine's steps; `info` as
+  // LAPACK's (the same on every process).
+  Outcome Run(const std::string& nccl_id, Dtype* dtype, int* info) {
+    *info = 0;
+    JAXMG_CUDART(rt_, cudaSetDevice(ordinal_));
+    int32_t position = -1;
+    if (o_.position == nullptr || o_.position_count != 1)
+      return Outcome::Fail("position must be an int32 scalar (the flat grid position)");
+    JAXMG_CUDART(rt_, cudaMemcpyAsync(&position, o_.position, sizeof(position),
+                                      cuda::cudaMemcpyDeviceToHost, stream_));
+    JAXMG_CUDART(rt_, cudaStreamSynchronize(stream_));
+    if (std::string error = CheckMpOperands(o_, g_, position, dtype); !error.empty())
+      return Outcome::Fail(error);
+    if (g_.blocks)
+      return Outcome::Fail(
+          "cuSOLVERMp has no redistribution: relayout the blocks of P(r, c) in JAX first "
+          "(relayout='jax'), or use a 1D or square grid with the default tile");
+    dtype_ = *dtype;
+    esize_ = ElementSize(dtype_);
+    type_ = CudaDataType(dtype_);
+    n_ = g_.n;
+    tile_ = o_.tile;
+    row_ = position / g_.cols;
+    col_ = position % g_.cols;
+    lld_ = o_.a->dimensions()[1];
+    if (Outcome r = Setup(nccl_id, position); !r.ok) return r;
+
+    if (o_.a->untyped_data() != o_.a_out)
+      JAXMG_CUDART(rt_, cudaMemcpyAsync(o_.a_out, o_.a->untyped_data(), o_.a->size_bytes(),
+                                        cuda::cudaMemcpyDefault, stream_));
+    if (o_.routine->rhs && o_.b->untyped_data() != o_.x_out)
+      JAXMG_CUDART(rt_, cudaMemcpyAsync(o_.x_out, o_.b->untyped_data(), o_.b->size_bytes(),
+                                        cuda::cudaMemcpyDefault, stream_));
+    if (o_.routine->rhs) {
+      if (Outcome r = PrepareRhs(); !r.ok) return r;
+    }
+    if (Outcome r = Allocate(sizeof(int), &d_info_); !r.ok) return r;
+    for (Step step : o_.routine->steps) {
+      if (Outcome r = RunStep(step, info); !r.ok) return r;
+      if (*info != 0) break;
+    }
+    if (o_.routine->rhs && *info == 0) return GatherRhs();
+    return {};
+  }
+
+ private:
+  // The communicator, handle, grid and A's descriptor of this call.
+  Outcome Setup(const std::string& nccl_id, int32_t position) {
+    State& s = TheState();
+    cuda::ncclComm_t& comm = s.comms[nccl_id];
+    if (comm == nullptr) {
+      cuda::ncclUniqueId id;
+      std::memcpy(id.internal, nccl_id.data(), sizeof(id.internal));
+      const int count = static_cast<int>(g_.rows * g_.cols);
+      const cuda::ncclResult_t made = libs_->mp.ncclCommInitRank(&comm, count, id, position);
+      if (made != cuda::ncclSuccess) {
+        comm = nullptr;
+        s.comms.erase(nccl_id);
+        return Outcome::Fail(std::string("ncclCommInitRank failed: ") +
+                             libs_->mp.ncclGetErrorString(made));
+      }
+    }
+    comm_ = comm;
+    cuda::cusolverMpHandle_t& handle = s.handles[ordinal_];
+    if (handle == nullptr) {
+      const int made = libs_->mp.cusolverMpCreate(&handle, ordinal_, stream_);
+      if (made != 0) {
+        handle = nullptr;
+        s.handles.erase(ordinal_);
+        return Outcome::Fail(std::string("cusolverMpCreate failed: ") + CusolverStatusName(made));
+      }
+    }
+    handle_ = handle;
+    JAXMG_CUSOLVERMP(libs_, cusolverMpSetStream(handle_, stream_));
+    cuda::cusolverMpGrid_t& grid = s.grids[{comm_, g_.rows, g_.cols}];
+    if (grid == nullptr) {
+      // Row-major: rank r * cols + c at grid position (r, c), jaxmg's flat position.
+      const int made = libs_->mp.cusolverMpCreateDeviceGrid(
+          handle_, &grid, comm_, static_cast<int32_t>(g_.rows), static_cast<int32_t>(g_.cols),
+          cuda::CUSOLVERMP_GRID_MAPPING_ROW_MAJOR);
+      if (made != 0) {
+        s.grids.erase({comm_, g_.rows, g_.cols});
+        return Outcome::Fail(std::string("cusolverMpCreateDeviceGrid failed: ") +
+                             CusolverStatusName(made));
+      }
+    }
+    grid_ = grid;
+    local_rows_ = libs_->mp.cusolverMpNUMROC(n_, tile_, static_cast<uint32_t>(row_), 0,
+                                             static_cast<uint32_t>(g_.rows));
+    local_cols_ = libs_->mp.cusolverMpNUMROC(n_, tile_, static_cast<uint32_t>(col_), 0,
+                                             static_cast<uint32_t>(g_.cols));
+    if (lld_ < std::max<int64_t>(1, local_rows_) || o_.a->dimensions()[0] < local_cols_)
+      return Outcome::Fail("the local array [" + std::to_string(o_.a->dimensions()[0]) + ", " +
+                           std::to_string(lld_) + "] cannot hold the " +
+                           std::to_string(local_rows_) + " x " + std::to_string(local_cols_) +
+                           " local block");
+    if (o_.routine->pivots != Pivots::kNone && o_.ipiv_count < PivotCount())
+      return Outcome::Fail("the pivots need " + std::to_string(PivotCount()) + " entries, got " +
+                           std::to_string(o_.ipiv_count));
+    JAXMG_CUSOLVERMP(libs_, cusolverMpCreateMatrixDesc(&desc_a_, grid_, type_, n_, n_, tile_, tile_,
+                                                       0, 0, lld_));
+    return {};
+  }
+
+  Outcome Allocate(size_t bytes, void** out) {
+    std::optional<void*> memory = scratch_(std::max<size_t>(bytes, 1));
+    if (!memory.has_value())
+      return Outcome::Fail("XLA's scratch allocator could not provide " + std::to_string(bytes) +
+                           " bytes on GPU " + std::to_string(ordinal_));
+    *out = *memory;
+    return {};
+  }
+
+  Outcome ReadInfo(int* info) {
+    JAXMG_CUDART(
+        rt_, cudaMemcpyAsync(info, d_info_, sizeof(int), cuda::cudaMemcpyDeviceToHost, stream_));
+    JAXMG_CUDART(rt_, cudaStreamSynchronize(stream_));
+    return {};
+  }
+
+  // Global row (column) of local row (column) `l` of process row (column) `p` of `procs`.
+  int64_t Global(int64_t l, int64_t p, int64_t procs) const {
+    return ((l / tile_) * procs + p) * tile_ + l % tile_;
+  }
+
+  // The right-hand sides. cuSOLVERMp 0.9 solves one at a time (NRHS == 1, NVIDIA's samples):
+  // B is one column, N x 1 in A's row tiles, held by process column 0. The input b moves to
+  // scratch; x, zeroed, receives each solved column from process column 0, and one sum over
+  // the communicator gives every process all of x.
+  Outcome PrepareRhs() {
+    nrhs_ = o_.x_dims[0];
+    ldb_ = std::max<int64_t>(1, local_rows_);
+    const size_t x_bytes = static_cast<size_t>(nrhs_ * n_) * esize_;
+    if (Outcome r = Allocate(x_bytes, &rhs_); !r.ok) return r;
+    JAXMG_CUDART(rt_, cudaMemcpyAsync(rhs_, o_.x_out, x_bytes, cuda::cudaMemcpyDefault, stream_));
+    JAXMG_CUDART(rt_, cudaMemsetAsync(o_.x_out, 0, x_bytes, stream_));
+    if (Outcome r = Allocate(static_cast<size_t>(ldb_) * esize_, &b_); !r.ok) return r;
+    JAXMG_CUSOLVERMP(
+        libs_, cusolverMpCreateMatrixDesc(&desc_b_, grid_, type_, n_, 1, tile_, tile_, 0, 0, ldb_));
+    return {};
+  }
+
+  // Column j of `x` ([nrhs, N]) to B (`to_b`) or back: this process's rows, one copy per tile.
+  Outcome CopyColumn(void* x, int64_t j, bool to_b) {
+    if (col_ != 0) return {};  // B's one column lives in process column 0
+    char* column = static_cast<char*>(x) + static_cast<size_t>(j * n_) * esize_;
+    char* b = static_cast<char*>(b_);
+    for (int64_t il = 0; il < local_rows_; il += tile_) {
+      const size_t bytes = static_cast<size_t>(std::min(tile_, local_rows_ - il)) * esize_;
+      char* in_x = column + static_cast<size_t>(Global(il, row_, g_.rows)) * esize_;
+      char* in_b = b + static_cast<size_t>(il) * esize_;
+      JAXMG_CUDART(rt_, cudaMemcpyAsync(to_b ? in_b : in_x, to_b ? in_x : in_b, bytes,
+                                        cuda::cudaMemcpyDefault, stream_));
+    }
+    return {};
+  }
+
+  // Every right-hand side through `solve` (one library call on B), in order; stops at the
+  // first nonzero info.
+  template <typename SolveFn>
+  Outcome EachRhs(int* info, SolveFn solve) {
+    for (int64_t j = 0; j < nrhs_; ++j) {
+      if (Outcome r = CopyColumn(rhs_, j, true); !r.ok) return r;
+      if (Outcome r = solve(); !r.ok) return r;
+      if (Outcome r = ReadInfo(info); !r.ok) return r;
+      if (*info != 0) return {};
+      if (Outcome r = CopyColumn(o_.x_out, j, false); !r.ok) return r;
+    }
+    return {};
+  }
+
+  // x on every process: the solved columns process column 0 wrote into zeros, summed.
+  Outcome GatherRhs() {
+    const size_t bytes = static_cast<size_t>(nrhs_ * n_) * esize_;
+    const size_t real = RealElementSize(dtype_);
+    const auto type = real == 4 ? cuda::ncclFloat32 : cuda::ncclFloat64;
+    JAXMG_NCCL(libs_, ncclAllReduce(o_.x_out, o_.x_out, bytes / real, type, cuda::ncclSum, comm_,
+                                    stream_));
+    return {};
+  }
+
+  // The device and host workspaces of one routine: `size` asks the library for them.
+  template <typename SizeFn>
+  Outcome Workspaces(SizeFn size) {
+    size_t device_bytes = 0, host_bytes = 0;
+    if (Outcome r = size(&device_bytes, &host_bytes); !r.ok) return r;
+    if (Outcome r = Allocate(device_bytes, &d_work_); !r.ok) return r;
+    d_bytes_ = device_bytes;
+    h_work_.assign(std::max<size_t>(host_bytes, 1), 0);
+    return {};
+  }
+
+  // One library step; `info` (host) gets the library's.
+  Outcome RunStep(Step step, int* info) {
+    const auto lower = cuda::CUBLAS_FILL_MODE_LOWER;
+    void* a = o_.a_out;
+    int* d_info = static_cast<int*>(d_info_);
+    switch (step) {
+      case Step::kPotrf: {
+        if (Outcome r = Workspaces([&](size_t* d, size_t* h) -> Outcome {
+              JAXMG_CUSOLVERMP(libs_, cusolverMpPotrf_bufferSize(handle_, lower, n_, a, 1, 1,
+                                                                 desc_a_, type_, d, h));
+              return {};
+            });
+            !r.ok)
+          return r;
+        JAXMG_CUSOLVERMP(
+            libs_, cusolverMpPotrf(handle_, lower, n_, a, 1, 1, desc_a_, type_, d_work_, d_bytes_,
+                                   h_work_.data(), h_work_.size(), d_info));
+        return ReadInfo(info);
+      }
+      case Step::kPotrs: {
+        if (Outcome r = Workspaces([&](size_t* d, size_t* h) -> Outcome {
+              JAXMG_CUSOLVERMP(
+                  libs_, cusolverMpPotrs_bufferSize(handle_, lower, n_, 1, a, 1, 1, desc_a_, b_, 1,
+                                                    1, desc_b_, type_, d, h));
+              return {};
+            });
+            !r.ok)
+          return r;
+        return EachRhs(info, [&]() -> Outcome {
+          JAXMG_CUSOLVERMP(libs_, cusolverMpPotrs(handle_, lower, n_, 1, a, 1, 1, desc_a_, b_, 1, 1,
+                                                  desc_b_, type_, d_work_, d_bytes_, h_work_.data(),
+                                                  h_work_.size(), d_info));
+          return {};
+        });
+      }
+      case Step::kPotri:
+        return Outcome::Fail(
+            "cuSOLVERMp has no inverse (potri), and solves one right-hand side at a time: "
+            "backend 'mp' on GPUs has no potri");
+      case Step::kGetrf: return Getrf(a, d_info, info);
+      case Step::kGetrs: return Getrs(a, d_info, info);
+      case Step::kSyevd: {
+        if (Outcome r = Syevd(a, d_info); !r.ok) return r;
+        return ReadInfo(info);
+      }
+    }
+    return Outcome::Fail("unknown library step");
+  }
+
+  // The pivots: cuSOLVERMp's are int64 on the device, one per local column of A (as in
+  // NVIDIA's samples); jaxmg's operand stays int32 (a process's pivots are few: converted on
+  // the host).
+  size_t PivotCount() const { return static_cast<size_t>(std::max<int64_t>(1, local_cols_)); }
+
+  Outcome Getrf(void* a, int* d_info, int* info) {
+    void* ipiv = nullptr;
+    if (Outcome r = Allocate(PivotCount() * sizeof(int64_t), &ipiv); !r.ok) return r;
+    auto* pivots = static_cast<int64_t*>(ipiv);
+    if (Outcome r = Workspaces([&](size_t* d, size_t* h) -> Outcome {
+          JAXMG_CUSOLVERMP(libs_, cusolverMpGetrf_bufferSize(handle_, n_, n_, a, 1, 1, desc_a_,
+                                                             pivots, type_, d, h));
+          return {};
+        });
+        !r.ok)
+      return r;
+    JAXMG_CUSOLVERMP(
+        libs_, cusolverMpGetrf(handle_, n_, n_, a, 1, 1, desc_a_, pivots, type_, d_work_, d_bytes_,
+                               h_work_.data(), h_work_.size(), d_info));
+    if (Outcome r = ReadInfo(info); !r.ok) return r;
+    std::vector<int64_t> wide(PivotCount());
+    JAXMG_CUDART(rt_, cudaMemcpyAsync(wide.data(), ipiv, wide.size() * sizeof(int64_t),
+                                      cuda::cudaMemcpyDeviceToHost, stream_));
+    JAXMG_CUDART(rt_, cudaStreamSynchronize(stream_));
+    std::vector<int32_t> narrow(o_.ipiv_count, 0);
+    for (size_t i = 0; i < wide.size(); ++i) narrow[i] = static_cast<int32_t>(wide[i]);
+    JAXMG_CUDART(rt_, cudaMemcpyAsync(o_.ipiv, narrow.data(), narrow.size() * sizeof(int32_t),
+                                      cuda::cudaMemcpyHostToDevice, stream_));
+    JAXMG_CUDART(rt_, cudaStreamSynchronize(stream_));  // `narrow` goes out of scope
+    return {};
+  }
+
+  Outcome Getrs(void* a, int* d_info, int* info) {
+    if (o_.trans != 'N')
+      return Outcome::Fail(std::string("cuSOLVERMp solves only with A itself (trans 'N', "
+                                       "NVIDIA's samples), not with op(A) = A^T or A^H: got '") +
+                           o_.trans + "'");
+    std::vector<int32_t> narrow(PivotCount());
+    JAXMG_CUDART(rt_, cudaMemcpyAsync(narrow.data(), o_.ipiv, narrow.size() * sizeof(int32_t),
+                                      cuda::cudaMemcpyDeviceToHost, stream_));
+    JAXMG_CUDART(rt_, cudaStreamSynchronize(stream_));
+    const std::vector<int64_t> wide(narrow.begin(), narrow.end());
+    void* ipiv = nullptr;
+    if (Outcome r = Allocate(wide.size() * sizeof(int64_t), &ipiv); !r.ok) return r;
+    JAXMG_CUDART(rt_, cudaMemcpyAsync(ipiv, wide.data(), wide.size() * sizeof(int64_t),
+                                      cuda::cudaMemcpyHostToDevice, stream_));
+    JAXMG_CUDART(rt_, cudaStreamSynchronize(stream_));  // `wide` goes out of scope
+    const auto* pivots = static_cast<const int64_t*>(ipiv);
+    const auto op = cuda::CUBLAS_OP_N;
+    if (Outcome r = Workspaces([&](size_t* d, size_t* h) -> Outcome {
+          JAXMG_CUSOLVERMP(
+              libs_, cusolverMpGetrs_bufferSize(handle_, op, n_, 1, a, 1, 1, desc_a_, pivots, b_, 1,
+                                                1, desc_b_, type_, d, h));
+          return {};
+        });
+        !r.ok)
+      return r;
+    return EachRhs(info, [&]() -> Outcome {
+      JAXMG_CUSOLVERMP(
+          libs_, cusolverMpGetrs(handle_, op, n_, 1, a, 1, 1, desc_a_, pivots, b_, 1, 1, desc_b_,
+                                 type_, d_work_, d_bytes_, h_work_.data(), h_work_.size(), d_info));
+      return {};
+    });
+  }
+
+  // Eigenvalues into w (every process) and vectors into a separate array of A's shape, then
+  // over A (the vectors always: the CPU engine computes them too, and the results agree).
+  Outcome Syevd(void* a, int* d_info) {
+    const size_t bytes = o_.a->size_bytes();
+    void* q = nullptr;
+    if (Outcome r = Allocate(bytes, &q); !r.ok) return r;
+    JAXMG_CUSOLVERMP(libs_, cusolverMpCreateMatrixDesc(&desc_q_, grid_, type_, n_, n_, tile_, tile_,
+                                                       0, 0, lld_));
+    char jobz[] = "V";  // cuSOLVERMp takes a writable char*
+    const auto lower = cuda::CUBLAS_FILL_MODE_LOWER;
+    if (Outcome r = Workspaces([&](size_t* d, size_t* h) -> Outcome {
+          JAXMG_CUSOLVERMP(libs_,
+                           cusolverMpSyevd_bufferSize(handle_, jobz, lower, n_, a, 1, 1, desc_a_,
+                                                      o_.w_out, q, 1, 1, desc_q_, type_, d, h));
+          return {};
+        });
+        !r.ok)
+      return r;
+    JAXMG_CUSOLVERMP(libs_, cusolverMpSyevd(handle_, jobz, lower, n_, a, 1, 1, desc_a_, o_.w_out, q,
+                                            1, 1, desc_q_, type_, d_work_, d_bytes_, h_work_.data(),
+                                            h_work_.size(), d_info));
+    JAXMG_CUDART(rt_, cudaMemcpyAsync(a, q, bytes, cuda::cudaMemcpyDefault, stream_));
+    return {};
+  }
+
+  const Libraries* libs_;
+  const Api* rt_;
+  const Operands& o_;
+  const MpGrid& g_;
+  cudaStream_t stream_;
+  int32_t ordinal_;
+  ScratchFn scratch_;
+  Dtype dtype_ = Dtype::kF64;
+  size_t esize_ = 8;
+  cuda::cudaDataType type_ = cuda::CUDA_R_64F;
+  int64_t n_ = 0, tile_ = 0, row_ = 0, col_ = 0, lld_ = 0, local_rows_ = 0, local_cols_ = 0;
+  int64_t nrhs_ = 0, ldb_ = 1;
+  cuda::ncclComm_t comm_ = nullptr;
+  cuda::cusolverMpHandle_t handle_ = nullptr;
+  cuda::cusolverMpGrid_t grid_ = nullptr;
+  cuda::cusolverMpMatrixDescriptor_t desc_a_ = nullptr, desc_b_ = nullptr, desc_q_ = nullptr;
+  void* rhs_ = nullptr;     // the input b, [nrhs, N] (device, scratch)
+  void* b_ = nullptr;       // this process's part of B, one column (device, scratch)
+  void* d_info_ = nullptr;  // the library's info (device, scratch)
+  void* d_work_ = nullptr;  // the current routine's device workspace
+  size_t d_bytes_ = 0;
+  std::vector<char> h_work_;  // its host workspace
+};
+
+}  // namespace
+
+bool NcclUniqueId(std::string* id, std::string* error) {
+  const Libraries* libs = Load(error);
+  if (libs == nullptr) return false;
+  cuda::ncclUniqueId unique;
+  const cuda::ncclResult_t made = libs->mp.ncclGetUniqueId(&unique);
+  if (made != cuda::ncclSuccess) {
+    *error = std::string("ncclGetUniqueId failed: ") + libs->mp.ncclGetErrorString(made);
+    return false;
+  }
+  id->assign(unique.internal, sizeof(unique.internal));
+  return true;
+}
+
+ffi::Error RunOnCusolverMp(const Operands& o, const MpGrid& g, ffi::Span<const int64_t> nccl_id,
+                           cudaStream_t stream, int32_t ordinal, ScratchFn scratch) {
+  std::string error;
+  const Libraries* libs = Load(&error);
+  if (libs == nullptr) return Fail(std::string(o.target) + ": " + error);
+  if (nccl_id.size() * sizeof(int64_t) != cuda::kNcclUniqueIdBytes)
+    return Fail(std::string(o.target) + ": nccl_id must be the 128 bytes of an NCCL unique id " +
+                "as 16 int64, got " + std::to_string(nccl_id.size()));
+  const std::string id(reinterpret_cast<const char*>(nccl_id.begin()), cuda::kNcclUniqueIdBytes);
+  std::lock_guard<std::mutex> lock(state_mu);
+  Dtype dtype = Dtype::kF64;
+  int info = 0;
+  Call call(libs, o, g, stream, ordinal, std::move(scratch));
+  const Outcome out = call.Run(id, &dtype, &info);
+  if (!out.ok) return Fail(std::string(o.target) + ": " + out.message);
+  if (info < 0)
+    return Fail(std::string(o.target) + ": cuSOLVERMp reported illegal argument " +
+                std::to_string(-info));
+  const Api* rt = libs->rt;
+  auto fill_nan = [&](void* data, size_t bytes) {
+    return rt->cudaMemsetAsync(data, 0xFF, bytes, stream);
+  };
+  int failed = 0;
+  if (info != 0) {
+    if (o.routine->rhs) failed |= fill_nan(o.x_out, o.b->size_bytes());
+    if (o.routine->result != Result::kUnchanged) failed |= fill_nan(o.a_out, o.a->size_bytes());
+    if (o.routine->eigenvalues)
+      failed |= fill_nan(o.w_out, static_cast<size_t>(g.n) * RealElementSize(dtype));
+  }
+  const int32_t status = info;
+  failed |= rt->cudaMemcpyAsync(o.status_out, &status, sizeof(status), cuda::cudaMemcpyHostToDevice,
+                                stream);
+  failed |= rt->cudaStreamSynchronize(stream);  // `status` goes out of scope
+  if (failed != 0)
+    return Fail(std::string(o.target) +
+                ": writing the outputs failed: " + rt->cudaGetErrorString(rt->cudaGetLastError()));
+  return ffi::Error::Success();
+}
+
+}  // namespace jaxmg

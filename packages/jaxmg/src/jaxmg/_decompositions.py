@@ -13,9 +13,9 @@ the routines they call run on:
 - ``polar``: ``U = U_s Vh``, ``H = V diag(s) Vh`` from the SVD.
 - ``lstsq``: the pseudo-inverse of the SVD, singular values below ``rcond * s[0]`` dropped
   (``jnp.linalg.lstsq``'s rule).
-- ``qr``: shifted CholeskyQR3 (Fukaya, Kannan, Nakatsukasa, Yamamoto, Yanagisawa 2020): a
-  Cholesky factor of the shifted Gram matrix ``A^H A + s I`` (``cho_factor``) makes ``Q_1 = A
-  R_1^{-1}`` well enough conditioned for two CholeskyQR steps to finish; each ``A R^{-1}`` is one
+- ``qr``: shifted CholeskyQR (Fukaya, Kannan, Nakatsukasa, Yamamoto, Yanagisawa 2020): two
+  Cholesky factorisations of shifted Gram matrices ``X^H X + s I`` (``cho_factor``) make ``Q_2``
+  well enough conditioned for two plain CholeskyQR steps to finish; each ``A R^{-1}`` is one
   LU solve with ``R^H`` (``lu_solve``). Full column rank ``A`` with ``cond(A)`` up to about
   ``1 / ε``; beyond, the Cholesky factorisation fails, and the status says so.
 
@@ -232,7 +232,7 @@ def _svd_tangents(u, s, vh, da):
     return du, ds, _h(dv)
 
 
-# --- qr: shifted CholeskyQR3
+# --- qr: shifted CholeskyQR
 
 
 def _upper_factor(f, form):
@@ -272,34 +272,43 @@ def _right_solve(x, r, geometry):
 
 @functools.partial(jax.jit, static_argnums=0)
 def _qr_program(geometry, a):
-    """``(Q, R, status)`` of ``a`` (``M >= N``) by shifted CholeskyQR3."""
+    """``(Q, R, status)`` of ``a`` (``M >= N``): two shifted CholeskyQR steps, then two plain
+    ones (shifted CholeskyQR3 with one more shifted step, for the largest ``N``)."""
     m, n = a.shape
     eps = float(np.finfo(a.dtype).eps)
-    shift = _glue(
-        geometry,
-        P(),
-        lambda a: (11 * (m * n + n * (n + 1)) * eps * jnp.real(jnp.vdot(a, a))).astype(a.dtype),
-        a,
-    )
-    q1, r1, st1 = _cholesky_qr(a, geometry, shift)
-    q2, r2, st2 = _cholesky_qr(q1, geometry, None)
-    q3, r3, st3 = _cholesky_qr(q2, geometry, None)
-    r = _glue(
-        geometry, _like_a(geometry, (n, n)), lambda x, y, z: jnp.triu(_mm(x, _mm(y, z))), r3, r2, r1
-    )
+
+    def shift(x):  # Fukaya et al.'s: 11 (M N + N (N + 1)) ε ||X||_F^2
+        return (11 * (m * n + n * (n + 1)) * eps * jnp.real(jnp.vdot(x, x))).astype(x.dtype)
+
+    q, factors, statuses = a, [], []
+    for shifted in (True, True, False, False):
+        s = _glue(geometry, P(), shift, q) if shifted else None
+        q, r_k, st = _cholesky_qr(q, geometry, s)
+        factors.append(r_k)
+        statuses.append(st)
+
+    def product(*rs):  # R = R_4 R_3 R_2 R_1
+        r = rs[0]
+        for r_k in rs[1:]:
+            r = _mm(r_k, r)
+        return jnp.triu(r)
+
+    r = _glue(geometry, _like_a(geometry, (n, n)), product, *factors)
     # Dependent columns need not make a factorisation fail (the shift keeps the first Gram
     # matrix positive definite): Q's columns then are not orthonormal, and the status says so.
     lost = _glue(
-        geometry, P(), lambda q: jnp.max(jnp.abs(_mm(_h(q), q) - jnp.eye(n, dtype=q.dtype))), q3
+        geometry, P(), lambda q: jnp.max(jnp.abs(_mm(_h(q), q) - jnp.eye(n, dtype=q.dtype))), q
     )
-    status = jnp.where(st1 != 0, st1, jnp.where(st2 != 0, st2, st3))
+    status = jnp.asarray(0, jnp.int32)
+    for st in reversed(statuses):  # the first factorisation that failed
+        status = jnp.where(st != 0, st, status)
     status = jnp.where((status == 0) & ~(lost < _DEPENDENT), n + 1, status)
     nan = jnp.asarray(jnp.nan, a.dtype)
-    q3, r = (jnp.where(status == 0, x, nan) for x in (q3, r))
-    return q3, r, status
+    q, r = (jnp.where(status == 0, x, nan) for x in (q, r))
+    return q, r, status
 
 
-#: ``max |Q^H Q - I|`` beyond which the columns count as dependent (shifted CholeskyQR3 reaches
+#: ``max |Q^H Q - I|`` beyond which the columns count as dependent (shifted CholeskyQR reaches
 #: ``O(ε)`` for condition numbers up to about ``1 / ε``; a dependent column leaves ``O(1)``).
 _DEPENDENT = 0.1
 
@@ -605,8 +614,8 @@ def qr(A, mode="reduced", mesh=None, in_specs=None, *positional, return_status=F
       ``(Q, R)`` or ``R``, and the status with ``return_status``. ``R``'s diagonal is real and
       positive (LAPACK's may be negative: the factorisation is the same up to those signs).
 
-    How: shifted CholeskyQR3 (module :mod:`jaxmg._decompositions`). Derivatives: JAX's rule for
-    ``jnp.linalg.qr`` (``M >= N``; for ``M < N`` through the product ``Q^H A``).
+    How: shifted CholeskyQR in four steps (module :mod:`jaxmg._decompositions`). Derivatives:
+    JAX's rule for ``jnp.linalg.qr`` (``M >= N``; for ``M < N`` through the product ``Q^H A``).
     """
     fn = "jaxmg.qr"
     _checks.keyword_only(fn, positional, "return_status or backend, e.g. return_status=True")

@@ -286,15 +286,16 @@ def bench(session):
         *("--markdown", str(results / "lu_routes_cpu.md")),
     )
     # svd, qr, polar, lstsq (issue 28) against JAX on one device: time, memory, accuracy at
-    # condition numbers 1 to 1e12 (N = 1024 on 4 simulated CPU devices).
+    # condition numbers 1 to 1e12 (N = 1024 and 2048 on 4 simulated CPU devices).
     decompositions = results / "decompositions_cpu.jsonl"
     decompositions.unlink(missing_ok=True)
-    session.run(
-        "python",
-        "benchmarks/decompositions.py",
-        *("--cpu-devices", "4", "--n", "1024", "--runs", "3"),
-        *("--json", str(decompositions), "--markdown", str(results / "decompositions_cpu_4.md")),
-    )
+    for n in ("1024", "2048"):
+        session.run(
+            "python",
+            "benchmarks/decompositions.py",
+            *("--cpu-devices", "4", "--n", n, "--runs", "3", "--json", str(decompositions)),
+            *("--markdown", str(results / f"decompositions_cpu_4_n{n}.md")),
+        )
     # Memory per device of every routine's programs, A kept and donated (issue 26), against
     # JAX on one device: 4 devices, then one (the default engine, then backend "mg").
     memory = results / "memory_cpu.jsonl"

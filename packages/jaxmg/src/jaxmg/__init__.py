@@ -30,6 +30,7 @@ checks it, and that the list names every module of the package):
 - ``_native``: the engines' wrappers (cuSolverMg or its twin, the distributed engine, ``_dense``).
 - ``_compat``: jaxmg 0.0.x's layout helpers.
 - ``_local``: placing arrays; inside ``shard_map``: routes, cross-device fills, local bodies.
+- ``_products``: ring products of sharded matrices (no whole ``K x K`` on a device).
 - ``_programs``: the ``jax.shard_map`` programs, one per native routine.
 - ``_derivatives``: every derivative rule, the jitted calls that run them, the factor objects.
 - ``_api``: the public functions on global arrays, their checks and ``donate=``.

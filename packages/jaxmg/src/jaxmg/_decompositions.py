@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from . import _api, _checks, _geometry
+from . import _api, _checks, _geometry, _products
 from ._local import _explicit, _placed
 
 _HIGHEST = jax.lax.Precision.HIGHEST
@@ -131,46 +131,54 @@ def _jordan_wielandt(a, pad):
     return b
 
 
-def _singular_pairs(w, v, *, m, n, pad, full):
-    """``U``, ``s``, ``Vh`` from the eigenpairs of the Jordan-Wielandt matrix, ascending: the
-    padding's, ``-σ`` (``K`` of them), ``|M - N|`` zeros, ``+σ`` (``K``)."""
+def _singular_pairs(w, v, *, m, n, pad):
+    """``U``, ``s``, ``V`` (columns scaled to unit norm) and which singular values determine
+    their vectors, from the eigenpairs of the Jordan-Wielandt matrix, ascending: the
+    padding's, ``-σ`` (``K`` of them), ``|M - N|`` zeros, ``+σ`` (``K``).
+
+    An eigenvector of ``+σ`` that the eigensolver mixed with the one of ``-σ`` (a gap of
+    ``2σ``, tiny for a small ``σ``) still has its ``u`` and ``v`` halves parallel to the true
+    ones, only not of norm ``1/sqrt(2)``: the scaling undoes that. Singular values at rounding
+    level of ``s[0]`` (a rank-deficient ``A``) determine nothing: their vectors are any of a
+    null space the eigensolver mixes freely."""
     k = min(m, n)
     positive = v[:, pad + m + n - k :][:, ::-1]
     s = jnp.maximum(w[pad + m + n - k :][::-1], 0)
     u, vv = positive[:m], positive[m : m + n]
-    # Singular values at rounding level of s[0] (a rank-deficient A): their vectors are any
-    # of a null space the eigensolver mixes freely, and are left out of the polishing.
     determined = s > max(m, n) * jnp.finfo(s.dtype).eps * s[0]
-    u, vv = _orthonormal(u, determined), _orthonormal(vv, determined)
-    if full and m > n:  # the zeros' eigenvectors are (u; 0), u spanning range(A)'s complement
-        u = jnp.concatenate([u, v[:m, pad + k : pad + m]], axis=1)
-    if full and n > m:
-        vv = jnp.concatenate([vv, v[m : m + n, pad + k : pad + n]], axis=1)
-    return u, s, _h(vv)
+    return _unit_columns(u), s, _unit_columns(vv), determined
 
 
-def _orthonormal(x, determined):
-    """Columns scaled to unit norm, then two Newton-Schulz steps ``X (3 I - X^H X) / 2`` on
-    the ``determined`` ones.
-
-    An eigenvector of ``+σ`` that the eigensolver mixed with the one of ``-σ`` (a gap of
-    ``2σ``, tiny for a small ``σ``) still has its ``u`` and ``v`` halves parallel to the true
-    ones, only not of norm ``1/sqrt(2)``: the scaling undoes that. Mixing with the other pairs
-    leaves ``X^H X`` off the identity by ``O(ε ||A|| / gap)``, which each step squares. The
-    other columns take no part (zero columns stay zero in the steps), so that they cannot
-    spoil the determined ones."""
+def _unit_columns(x):
     norms = jnp.linalg.norm(x, axis=0, keepdims=True)
-    x = x / jnp.where(norms > 0, norms, 1).astype(x.dtype)
-    kept = jnp.where(determined[None, :], x, 0)
-    eye = jnp.eye(x.shape[1], dtype=x.dtype)
-    for _ in range(2):
-        kept = kept + _mm(kept, eye - _mm(_h(kept), kept)) / 2
-    return jnp.where(determined[None, :], kept, x)
+    return x / jnp.where(norms > 0, norms, 1).astype(x.dtype)
+
+
+def _polished(x, determined, geometry, spec):
+    """Two Newton-Schulz steps on the ``determined`` columns of ``x``: mixing of an
+    eigenvector with other pairs' leaves ``X^H X`` off the identity by ``O(ε ||A|| / gap)``,
+    which each step squares. The other columns take no part, so that they cannot spoil the
+    determined ones. Sharded ``x``: ring products (:mod:`jaxmg._products`); replicated: XLA's."""
+    if spec != _REPLICATED:
+        return _products.newton_schulz(x, determined, geometry.mesh, spec)
+
+    def steps(x, keep):
+        kept = jnp.where(keep[None, :], x, 0)
+        eye = jnp.eye(x.shape[1], dtype=x.dtype)
+        for _ in range(2):
+            kept = kept + _mm(kept, eye - _mm(_h(kept), kept)) / 2
+        return jnp.where(keep[None, :], kept, x)
+
+    return _glue(geometry, _REPLICATED, steps, x, determined)
 
 
 def _svd_specs(geometry, u_shape, vh_shape):
     """Where ``U``, ``s``, ``Vh`` (and their tangents) go: ``U`` and ``Vh`` like ``A``."""
     return _like_a(geometry, u_shape), P(None), _like_a(geometry, vh_shape)
+
+
+def _transposed(spec):
+    return P(spec[1], spec[0])
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))
@@ -188,9 +196,22 @@ def _svd_program(geometry, T_A, full, a):
         return_status=True,
         backend=_engine(geometry),
     )
+    u_spec, _, vh_spec = _svd_specs(geometry, (m, k), (k, n))
+    v_spec = _transposed(vh_spec)
+    pairs = functools.partial(_singular_pairs, m=m, n=n, pad=pad)
+    u, s, vv, determined = _glue(geometry, (u_spec, P(None), v_spec, P(None)), pairs, w, v)
+    u = _polished(u, determined, geometry, u_spec)
+    vv = _polished(vv, determined, geometry, v_spec)
     specs = _svd_specs(geometry, (m, m if full else k), (n if full else k, n))
-    pairs = functools.partial(_singular_pairs, m=m, n=n, pad=pad, full=full)
-    u, s, vh = _glue(geometry, specs, pairs, w, v)
+
+    def finish(u, vv, v):
+        if full and m > n:  # the zeros' eigenvectors are (u; 0), u spanning range(A)^⊥
+            u = jnp.concatenate([u, v[:m, pad + k : pad + m]], axis=1)
+        if full and n > m:
+            vv = jnp.concatenate([vv, v[m : m + n, pad + k : pad + n]], axis=1)
+        return u, _h(vv)
+
+    u, vh = _glue(geometry, (specs[0], specs[2]), finish, u, vv, v)
     return u, s, vh, status
 
 

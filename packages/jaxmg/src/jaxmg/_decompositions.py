@@ -269,11 +269,12 @@ def _cholesky_qr(a, geometry, shift):
     n = a.shape[1]
     spec = _spec(geometry)
 
-    def gram(a, shift):
-        g = _mm(_h(a), a)
-        return g if shift is None else g + shift * jnp.eye(n, dtype=a.dtype)
-
-    g = _glue(geometry, spec, gram, a, shift)
+    if _like_a(geometry, a.shape) == spec:  # a ring product: no whole N x N per device
+        g = _products.gram(a, a, geometry.mesh, spec)
+    else:
+        g = _glue(geometry, spec, lambda a: _mm(_h(a), a), a)
+    if shift is not None:
+        g = _glue(geometry, spec, lambda g, s: g + s * jnp.eye(n, dtype=g.dtype), g, shift)
     factor = _api.cho_factor(
         g, T_A=n // geometry.ndev, mesh=geometry.mesh, in_specs=spec, backend=_engine(geometry)
     )

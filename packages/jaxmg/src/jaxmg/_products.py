@@ -133,3 +133,22 @@ def newton_schulz(x, keep, mesh, spec, steps=2):
     return jax.shard_map(
         body, mesh=mesh, in_specs=(spec, P(None)), out_specs=spec, check_vma=False
     )(x, keep)
+
+
+def _axis(spec):
+    return (spec[0], True) if spec[0] is not None else (spec[1], False)
+
+
+def gram(x, y, mesh, spec):
+    """``X^H Y`` for ``X``, ``Y`` sharded as ``spec`` (by rows or by columns); the result
+    ``[K, K2]`` sharded the same way (by rows: its rows; by columns: its columns)."""
+    axis, by_rows = _axis(spec)
+    p = mesh.shape[axis]
+    body = gram_by_rows if by_rows else gram_by_columns
+    return jax.shard_map(
+        lambda x, y: body(x, y, axis, p),
+        mesh=mesh,
+        in_specs=(spec, spec),
+        out_specs=spec,
+        check_vma=False,
+    )(x, y)

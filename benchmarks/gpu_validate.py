@@ -15,7 +15,9 @@ compiler). In order, each step in a process of its own with a deadline:
 4. the benchmark table (``benchmarks/gpu_bench.py``, one process per group: potrs with a tile
    sweep, syevd, lu_solve, cho_factor/cho_solve, a Gaussian process's value_and_grad, the fixed
    cost; on several GPUs also the device-count scaling and ``relayout="native"`` against
-   ``"jax"``), each jaxmg row against JAX's own single-device solver in the same run.
+   ``"jax"``), each jaxmg row against JAX's own single-device solver in the same run;
+5. svd, qr, polar and lstsq with ``backend="mg"`` against JAX's own at N = 4096
+   (``benchmarks/decompositions.py``; its table is in the log).
 
 It leaves exactly two files, ``<gpu>_<date>.md`` (the machine, every step's outcome, every
 test's, the benchmark tables, and all of it again as JSON lines at the end) and
@@ -82,6 +84,7 @@ PYTEST_STEPS = (
     ),
 )
 BENCH = {"potrs": (110, 80), "syevd": (80, 35), "factored": (70, 0), "scaling": (150, 0)}
+DECOMPOSITIONS_S = 150  # the H200 ran the four at N = 4096 in about 110 s
 
 # Packages whose versions the results record, where installed.
 VERSIONS = (
@@ -594,6 +597,16 @@ def run_steps(args, env, steps, results, scratch, count):
         steps.run(f"benchmarks: {group}", command, cap, env, reserve=reserve)
         if sink.exists():
             results.rows += [json.loads(line) for line in sink.read_text().splitlines()]
+        results.write()
+    # svd, qr, polar, lstsq on cuSolverMg against JAX's own (issue 28); their table goes to
+    # the log. --smoke leaves it out: tests/benchmarks/test_decompositions_bench.py runs it.
+    title = "benchmarks: decompositions (svd, qr, polar, lstsq; the table is in the log)"
+    if args.smoke:
+        steps.not_run(title)
+    else:
+        command = [sys.executable, ROOT / "benchmarks" / "decompositions.py", "--backend", "mg"]
+        command += ["--n", "4096", "--runs", "3"]
+        steps.run(title, command, DECOMPOSITIONS_S, env)
         results.write()
 
 

@@ -400,3 +400,30 @@ def test_on_auto_axes_under_jit(form):
     h = 1e-6
     diff = float(loss(A + h * direction) - loss(A - h * direction)) / (2 * h)
     np.testing.assert_allclose(np.sum(grad * direction), diff, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "routine",
+    ["svd_values", "svd_invariant", "qr", "qr_complex", "polar", "lstsq"],
+)
+def test_check_grads(routine):
+    """jax.test_util.check_grads, forward and reverse, first order, against JAX's own numerical
+    differences (tall float64, rows)."""
+    from jax.test_util import check_grads
+
+    shape = shapes()["tall"]
+    dtype = np.complex128 if routine == "qr_complex" else np.float64
+    a = matrix(shape, dtype, seed=24)
+    b = jnp.asarray(matrix((shape[0], 1), np.float64, seed=25)[:, 0])
+    kw = dict(mesh=mesh_of_all(), in_specs=FORMS["rows"])  # check_grads' points carry none
+    f = {
+        "svd_values": lambda A: jaxmg.svd(A, compute_uv=False, **kw),
+        "svd_invariant": lambda A: (lambda u, s, vh: (u * s[None, :] ** 2) @ vh)(
+            *jaxmg.svd(A, **kw)
+        ),
+        "qr": lambda A: jaxmg.qr(A, **kw),
+        "qr_complex": lambda A: jaxmg.qr(A, **kw),
+        "polar": lambda A: jaxmg.polar(A, **kw),
+        "lstsq": lambda A: jaxmg.lstsq(A, b, **kw)[0],
+    }[routine]
+    check_grads(jax.jit(f), (put(a, FORMS["rows"]),), order=1, modes=("fwd", "rev"), atol=1e-6)

@@ -292,6 +292,19 @@ def _right_solve(x, r, geometry):
     return _glue(geometry, _like_a(geometry, x.shape), _h, y)
 
 
+def _right_solve_linear(x, r, geometry):
+    """``X R^{-1}`` as a linear map of ``X`` that reverse mode can transpose: the solver's
+    calls are no JAX primitives, so its transpose ``Y R^{-T}`` is given explicitly."""
+    spec = _spec(geometry)
+    rt = _glue(geometry, spec, jnp.transpose, r)
+    return jax.lax.custom_linear_solve(
+        lambda y: _glue(geometry, _like_a(geometry, y.shape), _mm, y, r),
+        x,
+        solve=lambda _, b: _right_solve(b, r, geometry),
+        transpose_solve=lambda _, b: _right_solve(b, rt, geometry),
+    )
+
+
 @functools.partial(jax.jit, static_argnums=0)
 def _qr_program(geometry, a):
     """``(Q, R, status)`` of ``a`` (``M >= N``): two shifted CholeskyQR steps, then two plain
@@ -347,7 +360,7 @@ def _qr_jvp(geometry, primals, tangents):
     ``A``), ``dQ = Q (Ω - C) + dA R^{-1}`` and ``dR = (C - Ω) R``."""
     (a,), (da,) = primals, tangents
     q, r, status = _qr(geometry, a)
-    da_rinv = _right_solve(da, r, geometry)
+    da_rinv = _right_solve_linear(da, r, geometry)
 
     def tangents(q, r, da_rinv):
         c = _mm(_h(q), da_rinv)

@@ -691,6 +691,25 @@ class RectCall {
     Typed<Fn>(Name<T>("gels"))("N", &m, &n, &nrhs, a_.data(), &one, &one, desc_a_, b.data(), &one,
                                &one, desc_b, work.data(), &lwork, info);
     if (*info != 0) return {};
+    // p?gels, unlike LAPACK's ?gels, reports no singular triangular factor: its first exactly
+    // zero diagonal entry i (1-based) becomes the status, as ?gels's info. Each process looks
+    // at the diagonal entries it holds; one max-reduction of K - i (0: none) tells them all.
+    const Int k = std::min(m, n);
+    Int zero_at = 0;
+    for (Int j = 0; j < at.LocalCols(); ++j) {
+      const Int gj = at.GlobalCol(j);
+      if (gj >= k) continue;
+      for (Int i = 0; i < at.LocalRows(); ++i)
+        if (at.GlobalRow(i) == gj && a_[i + static_cast<size_t>(j) * at.Lld()] == T(0))
+          zero_at = std::max(zero_at, k - gj);
+    }
+    Int flag = -1, all = -1, none = 0;
+    Typed<Igamx2d>("igamx2d_")(&context_, "A", " ", &one, &one, &zero_at, &one, nullptr, nullptr,
+                               &flag, &all, &none);
+    if (zero_at > 0) {
+      *info = k + 1 - zero_at;
+      return {};
+    }
     Gather(bt, b.data(), n, nrhs, static_cast<T*>(o_.out0), [](Int, Int) { return true; });
     return {};
   }

@@ -37,8 +37,9 @@ ffi::Error RunOnScalapack(const Operands& operands, const MpGrid& grid);
 //   kQr     p?geqrf then p?orgqr / p?ungqr: out0 Q [M, K], out1 R [K, N] (upper trapezoidal);
 //   kGels   p?gels 'N': b [M, nrhs] in, out0 x [N, nrhs] (the least-squares solution for
 //           M >= N, the minimum-norm one for M < N; A of full rank).
-// status: ScaLAPACK's info (> 0: gesvd did not converge; gels found an exactly zero diagonal
-// of the triangular factor), outputs NaN then.
+// status: ScaLAPACK's info (> 0: gesvd did not converge), or for gels LAPACK's ?gels's (k > 0:
+// the k-th diagonal entry of the triangular factor is exactly zero, which p?gels itself does
+// not report), the outputs NaN then.
 enum class RectOp { kGesvd, kQr, kGels };
 struct RectOperands {
   RectOp op = RectOp::kGesvd;

@@ -38,7 +38,7 @@ Scenarios:
   tall matrix, the double ones also wide and square; a rank-deficient A (its documented
   outcome for each routine); the jvp of the singular values against JAX's rule, and of Q and
   R against central differences. ``decompositions:RxC``: the same on ``P(r, c)`` over an
-  ``R x C`` process grid.
+  ``R x C`` process grid, and ``full_matrices=True`` refused there.
 - ``killed``: one good call, then the last rank is killed before the next: the job must end
   (mpiexec aborts it), not hang.
 """
@@ -439,6 +439,15 @@ def decompositions(mesh, specs):
                     up, pp = (host(x) for x in jaxmg.polar(A, **mp))
                     u_ref, p_ref = scipy.linalg.polar(a)
                     report("polar", close(up, u_ref, dtype) and close(pp, p_ref, dtype), **tag)
+
+    for form, spec in specs:
+        if form == "grid":  # full_matrices=True is the composition's, which takes no grid
+            A = jax.device_put(random(shapes["tall"], np.float64, rng), NamedSharding(mesh, spec))
+            try:
+                jaxmg.svd(A, full_matrices=True, backend="mp")
+                report("svd_full_on_grid_refused", False)
+            except ValueError as error:
+                report("svd_full_on_grid_refused", "full_matrices=True" in str(error))
 
     # Rank-deficient A (float64, tall): column 1 = 2 x column 0, the last column zero.
     dtype = np.float64

@@ -22,10 +22,21 @@ the routines they call run on:
 On a solver axis of one device with the default backend they are JAX's own
 (``jnp.linalg.svd``, ``qr``, ``lstsq``, ``jax.scipy.linalg.polar``), with JAX's derivatives.
 
+Backend ``"mp"`` on CPUs runs ScaLAPACK's own routines instead (``jaxmg_cuda.mp.gesvd``,
+``qr``, ``gels``): ``svd`` (``full_matrices=False``), ``polar`` and ``lstsq`` on ``p?gesvd``,
+``qr`` on ``p?geqrf`` + ``p?orgqr`` (``p?ungqr``), on the 1D forms and on a process grid
+``P(r, c)``; each process's block of ``A`` goes to the engine as it is and the results come
+back whole on every process, then are sharded like ``A``. ``lstsq`` stays on the SVD because
+its contract (``s``, the numerical rank, ``rcond``) is more than ``p?gels`` (full rank only)
+gives; ``p?gels`` is :func:`gels`. On GPUs (cuSOLVERMp) these routines are not built and the
+compositions run.
+
 Derivatives: each composition is one jitted function under a ``custom_jvp`` rule, JAX's rules
 for ``svd`` (distinct singular values, ``full_matrices=False``) and ``qr`` (``M >= N``) written
 with the same sharded products; ``polar`` and ``lstsq`` differentiate through the SVD, as
-``jnp.linalg.lstsq`` does.
+``jnp.linalg.lstsq`` does. ScaLAPACK's ``svd`` takes the same rule; its ``qr`` takes JAX's
+rule on the first ``K`` columns (``dA_1 R_1^{-1}`` by a triangular solve with the replicated
+``R_1``) and, for ``M < N``, the product rule for ``R_2 = Q^H A_2``.
 """
 
 from __future__ import annotations
@@ -140,7 +151,8 @@ def _native_mp(geometry):
 
 
 def _mp_grid(geometry):
-    """The process grid of ``A``'s blocks: ``P(r, c)``'s, ``P + 1`` rows or ``1 + P`` columns."""
+    """The process grid of ``A``'s blocks: ``P(r, c)``'s, ``P x 1`` by rows, ``1 x P`` by
+    columns."""
     if geometry.form == "grid":
         return geometry.grid
     return (geometry.ndev, 1) if geometry.form == "rows" else (1, geometry.ndev)
@@ -638,21 +650,25 @@ def svd(
     Args:
       A: ``[M, N]`` (any ``M``, ``N``) float32, float64, complex64 or complex128, sharded by
         rows ``P(ax, None)`` or columns ``P(None, ax)`` of one mesh axis whose device count
-        divides the sharded dimension.
+        divides the sharded dimension; with backend ``"mp"`` on CPUs also over a process grid
+        ``P(r, c)`` (``M`` divisible by ``r``, ``N`` by ``c``; ``full_matrices=False``).
       full_matrices: ``U`` is ``[M, M]`` and ``Vh`` ``[N, N]`` (``False``, the default:
         ``[M, K]`` and ``[K, N]``, ``K = min(M, N)``). Full matrices have no derivatives.
       compute_uv: also return ``U`` and ``Vh`` (else ``s`` alone).
       T_A: the tile of the eigensolver's ``(M + N)``-column matrix, as for
-        :func:`jaxmg.syevd`; mesh, in_specs, backend: as for :func:`jaxmg.potrs`.
-      return_status: also return the status: 0, or the eigensolver's ``k > 0`` when it did not
-        converge (the outputs are then NaN).
+        :func:`jaxmg.syevd`; with backend ``"mp"`` on CPUs ``p?gesvd``'s square tile (default:
+        64, or the smaller side of a block); mesh, in_specs, backend: as for
+        :func:`jaxmg.potrs`.
+      return_status: also return the status: 0, or the eigensolver's (``p?gesvd``'s) ``k > 0``
+        when it did not converge (the outputs are then NaN).
 
     Returns:
       ``(U, s, Vh)`` (``s`` real, descending, replicated; ``U`` sharded as ``A`` where the
       device count divides its sharded dimension, else replicated; ``Vh`` likewise), or ``s``;
       the status last with ``return_status``.
 
-    How: the eigenvectors of ``[[0, A], [A^H, 0]]`` (module :mod:`jaxmg._decompositions`);
+    How: the eigenvectors of ``[[0, A], [A^H, 0]]`` (module :mod:`jaxmg._decompositions`),
+    or ScaLAPACK's ``p?gesvd`` with backend ``"mp"`` on CPUs (``full_matrices=False``);
     singular values to ``O(ε ||A||)`` whatever the condition number. Singular vectors of
     singular values below ``ε ||A||`` (a rank-deficient ``A``) are not determined and need not
     be orthonormal. Derivatives (``full_matrices=False``): JAX's rule for distinct singular
@@ -735,7 +751,9 @@ def lstsq(
       (replicated), the squared residual norm of each column of ``b`` (always computed),
       the numerical rank, the singular values; the status last with ``return_status``.
 
-    The minimum-norm solution through the SVD's pseudo-inverse; derivatives through the SVD's.
+    The minimum-norm solution through the SVD's pseudo-inverse (with backend ``"mp"`` on CPUs
+    ScaLAPACK's ``p?gesvd``, not ``p?gels``, which gives neither ``s`` nor the rank and needs
+    full rank: see :func:`gels`); derivatives through the SVD's.
     """
     fn = "jaxmg.lstsq"
     _checks.keyword_only(fn, positional, "return_status or backend, e.g. return_status=True")
@@ -772,19 +790,24 @@ def qr(A, mode="reduced", mesh=None, in_specs=None, *positional, return_status=F
 
     Args:
       A: as for :func:`svd`; ``K = min(M, N)`` divisible by the device count, and the first
-        ``K`` columns of full rank (``cond`` below about ``1 / ε`` of the dtype).
+        ``K`` columns of full rank (``cond`` below about ``1 / ε`` of the dtype). With backend
+        ``"mp"`` on CPUs (ScaLAPACK's Householder QR) neither: any ``K``, any rank.
       mode: ``"reduced"`` (default): ``Q`` ``[M, K]`` with orthonormal columns, ``R`` ``[K,
         N]`` upper triangular (trapezoidal for ``M < N``); ``"r"``: ``R`` alone.
       mesh, in_specs, backend, return_status: as for :func:`svd`; the status is the Cholesky
         factorisation's ``k > 0`` when the first ``k`` columns are numerically dependent
-        (``Q`` and ``R`` are then NaN).
+        (``Q`` and ``R`` are then NaN). With backend ``"mp"`` on CPUs always 0: dependent
+        columns give a valid ``Q R = A`` with orthonormal ``Q`` and a zero (or rounding-level)
+        diagonal entry of ``R``.
 
     Returns:
       ``(Q, R)`` or ``R``, and the status with ``return_status``. ``R``'s diagonal is real and
       positive (LAPACK's may be negative: the factorisation is the same up to those signs).
 
-    How: shifted CholeskyQR in four steps (module :mod:`jaxmg._decompositions`). Derivatives:
-    JAX's rule for ``jnp.linalg.qr`` (``M >= N``; for ``M < N`` through the product ``Q^H A``).
+    How: shifted CholeskyQR in four steps (module :mod:`jaxmg._decompositions`), or with
+    backend ``"mp"`` on CPUs ScaLAPACK's ``p?geqrf`` + ``p?orgqr`` (``p?ungqr``). Derivatives:
+    JAX's rule for ``jnp.linalg.qr`` (``M >= N``; for ``M < N`` through the product ``Q^H A``),
+    which needs ``R``'s first ``K`` columns invertible.
     """
     fn = "jaxmg.qr"
     _checks.keyword_only(fn, positional, "return_status or backend, e.g. return_status=True")

@@ -6,7 +6,8 @@
 Every process initialises ``jax.distributed`` from MPI (``cluster_detection_method="mpi4py"``),
 with one CPU device, builds the same seeded matrices, runs the scenario and writes one JSON line
 per check, ``{"check": ..., "ok": bool, ...}``, to ``RESULTS_DIR/<rank>.jsonl`` (not stdout,
-where Gloo writes too); ``double`` limits ``solve`` and ``grid:`` to float64 and complex128.
+where Gloo writes too); ``double`` limits ``solve``, ``grid:`` and ``decompositions`` to float64
+and complex128.
 Scenarios:
 
 - ``solve``: potrs (+logdet), potri, syevd (values, vectors), cho_factor/cho_solve, lu_solve
@@ -31,13 +32,18 @@ Scenarios:
   forms: the answers, ``A`` deleted; and under ``jax.jit(..., donate_argnums=0)`` the factor
   (cho_factor, lu_factor) takes over ``A``'s buffer (XLA's ``input_output_alias``), with the
   program's bytes per process from XLA's memory analysis.
-- ``decompositions``: svd, qr, polar and lstsq (compositions of syevd, cho_factor and lu_solve
-  on the engine) on a tall float64 and a square complex128 matrix, both 1D forms, against
-  numpy and scipy; the jvp of the singular values against JAX's rule on one device.
+- ``decompositions``: svd, qr, polar, lstsq (ScaLAPACK's p?gesvd, p?geqrf + p?orgqr/p?ungqr)
+  and p?gels (``jaxmg._decompositions.gels``), both 1D forms, against numpy and scipy
+  (singular values, reconstruction, orthonormality, numpy's lstsq): every dtype of DTYPES on a
+  tall matrix, the double ones also wide and square; a rank-deficient A (its documented
+  outcome for each routine); the jvp of the singular values against JAX's rule, and of Q and
+  R against central differences. ``decompositions:RxC``: the same on ``P(r, c)`` over an
+  ``R x C`` process grid, and ``full_matrices=True`` refused there.
 - ``killed``: one good call, then the last rank is killed before the next: the job must end
   (mpiexec aborts it), not hang.
 """
 
+import functools
 import json
 import os
 import pathlib
@@ -383,44 +389,123 @@ def donate(mesh):
             report(f"donate_alias_{name}", bool(aliased), form=form, blocks=round(blocks, 2))
 
 
-def decompositions(mesh):
+def random(shape, dtype, rng):
+    x = rng.standard_normal(shape)
+    if np.issubdtype(dtype, np.complexfloating):
+        x = x + 1j * rng.standard_normal(shape)
+    return x.astype(dtype)
+
+
+def orthonormal(q, dtype):
+    return close(q.conj().T @ q, np.eye(q.shape[1]), dtype)
+
+
+def decompositions(mesh, specs):
+    """svd, qr, polar, lstsq (ScaLAPACK's p?gesvd, p?geqrf + p?orgqr) and p?gels on each of
+    ``specs`` ((name, PartitionSpec) pairs over ``mesh``): every dtype of DTYPES, tall, wide
+    and square (single precision: tall only), a rank-deficient A, and the jvps."""
     import scipy.linalg
 
+    from jaxmg import _decompositions
+
     rng = np.random.default_rng(3)
-    for dtype, shape in ((np.float64, (6 * size, 2 * size)), (np.complex128, (4 * size,) * 2)):
-        a = rng.standard_normal(shape)
-        if dtype == np.complex128:
-            a = a + 1j * rng.standard_normal(shape)
-        a = a.astype(dtype)
-        b = rng.standard_normal(shape[0]).astype(dtype)
-        for form in ("cols", "rows"):
-            A = jax.device_put(
-                a, NamedSharding(mesh, P(None, "x") if form == "cols" else P("x", None))
-            )
-            u, s, vh = (host(x) for x in jaxmg.svd(A, backend="mp"))
-            ok = close(s, np.linalg.svd(a, compute_uv=False), dtype) and close(
-                (u * s) @ vh, a, dtype
-            )
-            report("svd", ok, form=form, dtype=np.dtype(dtype).name)
-            q, r = (host(x) for x in jaxmg.qr(A, backend="mp"))
-            ok = close(q @ r, a, dtype) and close(q.conj().T @ q, np.eye(q.shape[1]), dtype)
-            report("qr", ok and np.all(np.tril(r, -1) == 0), form=form, dtype=np.dtype(dtype).name)
-            up, pp = (host(x) for x in jaxmg.polar(A, backend="mp"))
-            u_ref, p_ref = scipy.linalg.polar(a)
-            report("polar", close(up, u_ref, dtype) and close(pp, p_ref, dtype), form=form)
-            x = host(jaxmg.lstsq(A, jnp.asarray(b), backend="mp")[0])
-            report("lstsq", close(x, np.linalg.lstsq(a, b, rcond=None)[0], dtype), form=form)
-            da = rng.standard_normal(shape).astype(dtype)
-            sharding = A.sharding
+    p = size
+    shapes = {"tall": (6 * p, 2 * p), "wide": (2 * p, 6 * p), "square": (4 * p, 4 * p)}
+    mp = dict(backend="mp")
+    for dtype in DTYPES:
+        double = np.finfo(dtype).bits == 64
+        for kind in ("tall", "wide", "square") if double else ("tall",):
+            a = random(shapes[kind], dtype, rng)
+            b = random((shapes[kind][0], 3), dtype, rng)
+            for form, spec in specs:
+                A = jax.device_put(a, NamedSharding(mesh, spec))
+                tag = dict(form=form, dtype=np.dtype(dtype).name, shape=kind)
+                u, s, vh = (host(x) for x in jaxmg.svd(A, T_A=3, **mp))
+                ok = close(s, np.linalg.svd(a, compute_uv=False), dtype)
+                ok = ok and close((u * s) @ vh, a, dtype) and orthonormal(u, dtype)
+                report("svd", ok and orthonormal(vh.conj().T, dtype), **tag)
+                q, r = (host(x) for x in jaxmg.qr(A, **mp))
+                d = np.diagonal(r)
+                ok = (
+                    close(q @ r, a, dtype) and orthonormal(q, dtype) and np.all(np.tril(r, -1) == 0)
+                )
+                report("qr", ok and np.all(d.real >= 0) and np.all(d.imag == 0), **tag)
+                x = host(_decompositions.gels(A, jnp.asarray(b), T_A=2))
+                report("gels", close(x, np.linalg.lstsq(a, b, rcond=None)[0], dtype), **tag)
+                x, resid, rank, _ = (host(v) for v in jaxmg.lstsq(A, jnp.asarray(b), **mp))
+                ok = close(x, np.linalg.lstsq(a, b, rcond=None)[0], dtype)
+                report("lstsq", ok and int(rank) == min(a.shape), **tag)
+                if kind == "tall":
+                    up, pp = (host(x) for x in jaxmg.polar(A, **mp))
+                    u_ref, p_ref = scipy.linalg.polar(a)
+                    report("polar", close(up, u_ref, dtype) and close(pp, p_ref, dtype), **tag)
+
+    for form, spec in specs:
+        if form == "grid":  # full_matrices=True is the composition's, which takes no grid
+            A = jax.device_put(random(shapes["tall"], np.float64, rng), NamedSharding(mesh, spec))
+            try:
+                jaxmg.svd(A, full_matrices=True, backend="mp")
+                report("svd_full_on_grid_refused", False)
+            except ValueError as error:
+                report("svd_full_on_grid_refused", "full_matrices=True" in str(error))
+
+    # Rank-deficient A (float64, tall): column 1 = 2 x column 0, the last column zero.
+    dtype = np.float64
+    a = random(shapes["tall"], dtype, rng)
+    a[:, 1] = 2 * a[:, 0]
+    a[:, -1] = 0
+    b = random((a.shape[0], 2), dtype, rng)
+    n = a.shape[1]
+    for form, spec in specs:
+        A = jax.device_put(a, NamedSharding(mesh, spec))
+        # p?gesvd: two singular values at rounding level, the rest numpy's, A reconstructed.
+        u, s, vh = (host(x) for x in jaxmg.svd(A, **mp))
+        s_ref = np.linalg.svd(a, compute_uv=False)
+        ok = close(s[: n - 2], s_ref[: n - 2], dtype) and np.all(s[n - 2 :] < 1e-12 * s[0])
+        report("svd_deficient", ok and close((u * s) @ vh, a, dtype), form=form)
+        # lstsq drops them: rank N - 2 and numpy's minimum-norm solution.
+        x, _, rank, _ = (host(v) for v in jaxmg.lstsq(A, jnp.asarray(b), **mp))
+        ok = int(rank) == n - 2 and close(x, np.linalg.lstsq(a, b, rcond=None)[0], dtype)
+        report("lstsq_deficient", ok, form=form)
+        # p?gels: the triangular factor's exactly zero diagonal entry N is the status, x NaN.
+        x, status = _decompositions.gels(A, jnp.asarray(b), return_status=True)
+        ok = int(host(status)) == n and np.all(np.isnan(host(x)))
+        report("gels_singular", ok, form=form, status=int(host(status)))
+        # Householder QR has no failure: status 0, A = Q R, Q orthonormal, R[N-1, N-1] = 0.
+        q, r, status = (host(v) for v in jaxmg.qr(A, return_status=True, **mp))
+        ok = int(status) == 0 and close(q @ r, a, dtype) and orthonormal(q, dtype)
+        report("qr_deficient", ok and abs(r[-1, -1]) < 1e-12 * abs(r[0, 0]), form=form)
+
+    # jvps: of s against JAX's rule, of Q and R against central differences.
+    for dtype, kind in ((np.float64, "tall"), (np.complex128, "square")):
+        a = random(shapes[kind], dtype, rng)
+        da = random(shapes[kind], dtype, rng)
+        _, ds_ref = jax.jvp(
+            lambda m: jnp.linalg.svd(m, compute_uv=False), (jnp.asarray(a),), (jnp.asarray(da),)
+        )
+        for form, spec in specs:
+            sharding = NamedSharding(mesh, spec)
             _, ds = jax.jvp(
-                lambda m: jaxmg.svd(m, compute_uv=False, backend="mp"),
-                (A,),
+                lambda m: jaxmg.svd(m, compute_uv=False, **mp),
+                (jax.device_put(a, sharding),),
                 (jax.device_put(da, sharding),),
             )
-            _, ds_ref = jax.jvp(
-                lambda m: jnp.linalg.svd(m, compute_uv=False), (jnp.asarray(a),), (jnp.asarray(da),)
+            report("svd_jvp", close(host(ds), np.asarray(ds_ref), dtype), form=form, shape=kind)
+    h = 1e-6
+    for kind in ("tall", "wide"):
+        a = random(shapes[kind], np.float64, rng)
+        da = random(shapes[kind], np.float64, rng)
+        for form, spec in specs:
+            sharding = NamedSharding(mesh, spec)
+            put = functools.partial(jax.device_put, device=sharding)
+            _, (dq, dr) = jax.jvp(lambda m: jaxmg.qr(m, **mp), (put(a),), (put(da),))
+            plus = [host(v) for v in jaxmg.qr(put(a + h * da), **mp)]
+            minus = [host(v) for v in jaxmg.qr(put(a - h * da), **mp)]
+            ok = all(
+                np.max(np.abs(host(d) - (p_ - m_) / (2 * h))) < 1e-5 * max(1, np.max(np.abs(p_)))
+                for d, p_, m_ in zip((dq, dr), plus, minus, strict=True)
             )
-            report("svd_jvp", close(host(ds), np.asarray(ds_ref), dtype), form=form)
+            report("qr_jvp", ok, form=form, shape=kind)
 
 
 def killed(mesh):
@@ -438,7 +523,13 @@ def killed(mesh):
 
 
 mesh = jax.make_mesh((size,), ("x",), axis_types=(jax.sharding.AxisType.Explicit,))
-if scenario.startswith("grid:"):
+if scenario.startswith("decompositions:"):
+    rows, cols = (int(v) for v in scenario.split(":")[1].split("x"))
+    explicit = (jax.sharding.AxisType.Explicit,) * 2
+    grid_mesh = jax.make_mesh((rows, cols), ("r", "c"), axis_types=explicit)
+    with jax.set_mesh(grid_mesh):
+        decompositions(grid_mesh, [("grid", P("r", "c"))])
+elif scenario.startswith("grid:"):
     rows, cols = (int(v) for v in scenario[5:].split("x"))
     explicit = (jax.sharding.AxisType.Explicit,) * 2
     grid_mesh = jax.make_mesh((rows, cols), ("r", "c"), axis_types=explicit)
@@ -452,7 +543,9 @@ else:
             order=order,
             killed=killed,
             donate=donate,
-            decompositions=decompositions,
+            decompositions=lambda mesh: decompositions(
+                mesh, [("cols", P(None, "x")), ("rows", P("x", None))]
+            ),
         )
         scenarios[scenario](mesh)
 results.joinpath(f"{rank}.jsonl").write_text("\n".join(lines) + "\n")

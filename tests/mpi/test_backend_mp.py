@@ -100,14 +100,34 @@ def test_donated_a(tmp_path):
     assert not failed, failed
 
 
-@pytest.mark.parametrize("processes", [2, 4])
-def test_decompositions(tmp_path, processes):
-    """svd, qr, polar, lstsq composed of the engine's syevd, cho_factor and lu_solve (issue 28),
-    against numpy and scipy, and the singular values' jvp against JAX's rule."""
-    code, output = finish(launch(processes, "decompositions", tmp_path / "results"))
+# Per spec: (svd, qr, gels, lstsq) x (tall, wide, square) + polar (tall) for each double dtype,
+# (svd, qr, gels, lstsq, polar) on a tall matrix for each single one, 4 rank-deficient checks,
+# 2 svd jvps and 2 qr jvps.
+def decomposition_checks(dtypes):
+    return 13 * 2 + 5 * (dtypes - 2) + 4 + 4
+
+
+@pytest.mark.parametrize(("processes", "dtypes"), [(2, 4), (4, 2)])
+def test_decompositions(tmp_path, processes, dtypes):
+    """svd, qr, polar, lstsq on ScaLAPACK's p?gesvd and p?geqrf + p?orgqr, and p?gels (issue
+    28), both 1D forms, against numpy and scipy; rank-deficient A; the singular values' jvp
+    against JAX's rule, Q's and R's against central differences."""
+    extra = () if dtypes == 4 else ("double",)
+    code, output = finish(launch(processes, "decompositions", tmp_path / "results", *extra))
     assert code == 0, output[-4000:]
     found = checks(tmp_path / "results", processes)
-    assert len(found) == processes * 2 * 2 * 5, found
+    assert len(found) == processes * 2 * decomposition_checks(dtypes), len(found)
+    failed = [c for c in found if not c["ok"]]
+    assert not failed, failed
+
+
+def test_decompositions_on_a_process_grid(tmp_path):
+    """The same on A sharded P(r, c) over a 2x2 process grid, every dtype; full_matrices=True
+    (the composition's, which takes no grid) refused there."""
+    code, output = finish(launch(4, "decompositions:2x2", tmp_path / "results"))
+    assert code == 0, output[-4000:]
+    found = checks(tmp_path / "results", 4)
+    assert len(found) == 4 * (decomposition_checks(4) + 1), len(found)  # + full_matrices refused
     failed = [c for c in found if not c["ok"]]
     assert not failed, failed
 

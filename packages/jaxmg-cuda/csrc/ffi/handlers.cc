@@ -353,6 +353,110 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgInstantiateMpCpu, jaxmg::InstantiateMpCpu,
 JAXMG_ROUTINES(JAXMG_DEFINE)
 #undef JAXMG_DEFINE
 
+// Backend "mp"'s rectangular routines, on CPUs only (engines/scalapack.h, RectOp): the block
+// of A [N/cols, M/rows] and the position in; the results whole on every process.
+namespace jaxmg {
+namespace {
+
+template <typename B>
+auto WithRectAttrs(B b) {
+  return std::move(b)
+      .template Attr<int64_t>("T_A")
+      .template Attr<int64_t>("m")
+      .template Attr<int64_t>("n")
+      .template Attr<Span>("grid")  // (rows, cols) of the process grid
+      .template Attr<int64_t>("call_id");
+}
+
+RectOperands Rect(RectOp op, const char* target, CpuInstance* instance, ffi::AnyBuffer& a,
+                  Position& position, int64_t tile, int64_t m, int64_t n, Span grid,
+                  int64_t call_id) {
+  RectOperands o;
+  o.op = op;
+  o.target = target;
+  o.a = &a;
+  o.position = position.typed_data();
+  o.position_count = position.element_count();
+  o.m = m;
+  o.n = n;
+  o.rows = grid.size() == 2 ? grid[0] : 0;
+  o.cols = grid.size() == 2 ? grid[1] : 0;
+  o.tile = tile;
+  o.call_id = call_id;
+  o.instance = instance->Index();
+  return o;
+}
+
+ffi::Error MpGesvd(CpuInstance* instance, ffi::AnyBuffer a, Position position,
+                   ffi::Result<ffi::AnyBuffer> u, ffi::Result<ffi::AnyBuffer> s,
+                   ffi::Result<ffi::AnyBuffer> vt, Status status, int64_t tile, int64_t m,
+                   int64_t n, Span grid, int64_t call_id) {
+  RectOperands o = Rect(RectOp::kGesvd, "jaxmg_mp_gesvd", instance, a, position, tile, m, n,
+                        grid, call_id);
+  o.out0 = u->untyped_data();
+  o.out0_dims = u->dimensions();
+  o.out1 = s->untyped_data();
+  o.out2 = vt->untyped_data();
+  o.status = status->typed_data();
+  if (s->element_type() != RealTypeOf(DtypeOf(a.element_type()).value_or(Dtype::kF32)) ||
+      s->element_count() != static_cast<size_t>(std::min(m, n)) ||
+      vt->element_count() != static_cast<size_t>(std::min(m, n) * n))
+    return Fail("jaxmg_mp_gesvd: s must be [K] of A's real dtype and VT [K, N]");
+  return RunRectOnScalapack(o);
+}
+
+ffi::Error MpQr(CpuInstance* instance, ffi::AnyBuffer a, Position position,
+                ffi::Result<ffi::AnyBuffer> q, ffi::Result<ffi::AnyBuffer> r, Status status,
+                int64_t tile, int64_t m, int64_t n, Span grid, int64_t call_id) {
+  RectOperands o =
+      Rect(RectOp::kQr, "jaxmg_mp_qr", instance, a, position, tile, m, n, grid, call_id);
+  o.out0 = q->untyped_data();
+  o.out0_dims = q->dimensions();
+  o.out1 = r->untyped_data();
+  o.status = status->typed_data();
+  if (r->element_count() != static_cast<size_t>(std::min(m, n) * n))
+    return Fail("jaxmg_mp_qr: R must be [K, N]");
+  return RunRectOnScalapack(o);
+}
+
+ffi::Error MpGels(CpuInstance* instance, ffi::AnyBuffer a, ffi::AnyBuffer b, Position position,
+                  ffi::Result<ffi::AnyBuffer> x, Status status, int64_t tile, int64_t m,
+                  int64_t n, Span grid, int64_t call_id) {
+  RectOperands o =
+      Rect(RectOp::kGels, "jaxmg_mp_gels", instance, a, position, tile, m, n, grid, call_id);
+  o.b = &b;
+  o.out0 = x->untyped_data();
+  o.out0_dims = x->dimensions();
+  o.status = status->typed_data();
+  return RunRectOnScalapack(o);
+}
+
+}  // namespace
+}  // namespace jaxmg
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgMpGesvdCpu, jaxmg::MpGesvd,
+                              jaxmg::WithRectAttrs(jaxmg::MpContext()
+                                                       .Arg<xla::ffi::AnyBuffer>()  // a block
+                                                       .Arg<jaxmg::Position>()      // position
+                                                       .Ret<xla::ffi::AnyBuffer>()  // U [M, K]
+                                                       .Ret<xla::ffi::AnyBuffer>()  // s [K]
+                                                       .Ret<xla::ffi::AnyBuffer>()  // VT [K, N]
+                                                       .Ret<xla::ffi::Buffer<xla::ffi::S32>>()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgMpQrCpu, jaxmg::MpQr,
+                              jaxmg::WithRectAttrs(jaxmg::MpContext()
+                                                       .Arg<xla::ffi::AnyBuffer>()  // a block
+                                                       .Arg<jaxmg::Position>()      // position
+                                                       .Ret<xla::ffi::AnyBuffer>()  // Q [M, K]
+                                                       .Ret<xla::ffi::AnyBuffer>()  // R [K, N]
+                                                       .Ret<xla::ffi::Buffer<xla::ffi::S32>>()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgMpGelsCpu, jaxmg::MpGels,
+                              jaxmg::WithRectAttrs(jaxmg::MpContext()
+                                                       .Arg<xla::ffi::AnyBuffer>()  // a block
+                                                       .Arg<xla::ffi::AnyBuffer>()  // b [M, nrhs]
+                                                       .Arg<jaxmg::Position>()      // position
+                                                       .Ret<xla::ffi::AnyBuffer>()  // x [N, nrhs]
+                                                       .Ret<xla::ffi::Buffer<xla::ffi::S32>>()));
+
 namespace jaxmg {
 namespace {
 
@@ -402,6 +506,11 @@ std::vector<Target> MpTargets(bool cuda) {
     void* execute = cuda ? h.mp_cuda : h.mp_cpu;
     if (execute != nullptr)
       out.push_back({"jaxmg_mp_" + RoutineOf(h.op).name, instantiate, execute});
+  }
+  if (!cuda) {  // the rectangular routines: ScaLAPACK only
+    out.push_back({"jaxmg_mp_gesvd", instantiate, reinterpret_cast<void*>(JaxmgMpGesvdCpu)});
+    out.push_back({"jaxmg_mp_qr", instantiate, reinterpret_cast<void*>(JaxmgMpQrCpu)});
+    out.push_back({"jaxmg_mp_gels", instantiate, reinterpret_cast<void*>(JaxmgMpGelsCpu)});
   }
   return out;
 }

@@ -330,3 +330,62 @@ def getrs(
         lu, jnp.asarray(pivots, jnp.int32), b, _position(position), trans=np.int64(ord(trans)),
         **_attrs(T_A, n, grid, None, lu.shape[1], blocks, nccl_id=nccl_id),
     )  # fmt: skip
+
+
+# The rectangular routines, ScaLAPACK only (CPUs; cuSOLVERMp's are not built). ``a`` is this
+# process's block of ``A`` ([M, N]) under JAX's block sharding over the ``(rows, cols)`` grid,
+# transposed: ``[N/cols, M/rows]`` (the column-major block); the engine redistributes it to
+# ``T_A``-square tiles with p?gemr2d. The results come back whole on every process. Status:
+# ScaLAPACK's info (``> 0``: no convergence, or for ``gels`` an exactly singular triangular
+# factor), the outputs NaN then.
+
+
+def _rect_attrs(T_A, m, n, grid):
+    rows, cols = (int(v) for v in grid)
+    return dict(
+        T_A=np.int64(T_A),
+        m=np.int64(m),
+        n=np.int64(n),
+        grid=np.asarray((rows, cols), np.int64),
+        call_id=np.int64(next(_call_ids)),
+    )
+
+
+def gesvd(a, position, *, m, n, grid, T_A):
+    """p?gesvd (``JOBU = JOBVT = 'V'``): ``(U [M, K], s [K], VT [K, N], status)``, ``K = min(M,
+    N)``, ``s`` descending."""
+    k = min(m, n)
+    call = jax.ffi.ffi_call(
+        "jaxmg_mp_gesvd",
+        (
+            jax.ShapeDtypeStruct((m, k), a.dtype),
+            jax.ShapeDtypeStruct((k,), jnp.finfo(a.dtype).dtype),
+            jax.ShapeDtypeStruct((k, n), a.dtype),
+            _status(),
+        ),
+        vmap_method="sequential",
+    )
+    return call(a, _position(position), **_rect_attrs(T_A, m, n, grid))
+
+
+def qr(a, position, *, m, n, grid, T_A):
+    """p?geqrf, then p?orgqr (p?ungqr): ``(Q [M, K], R [K, N], status)``, LAPACK's signs."""
+    k = min(m, n)
+    call = jax.ffi.ffi_call(
+        "jaxmg_mp_qr",
+        (jax.ShapeDtypeStruct((m, k), a.dtype), jax.ShapeDtypeStruct((k, n), a.dtype), _status()),
+        vmap_method="sequential",
+    )
+    return call(a, _position(position), **_rect_attrs(T_A, m, n, grid))
+
+
+def gels(a, b, position, *, m, n, grid, T_A):
+    """p?gels (``'N'``), ``A`` of full rank: ``(x [N, nrhs], status)`` for ``b [M, nrhs]`` (the
+    same on every process): least squares for ``M >= N``, the minimum-norm solution for ``M <
+    N``."""
+    call = jax.ffi.ffi_call(
+        "jaxmg_mp_gels",
+        (jax.ShapeDtypeStruct((n, b.shape[1]), a.dtype), _status()),
+        vmap_method="sequential",
+    )
+    return call(a, b, _position(position), **_rect_attrs(T_A, m, n, grid))

@@ -22,10 +22,21 @@ the routines they call run on:
 On a solver axis of one device with the default backend they are JAX's own
 (``jnp.linalg.svd``, ``qr``, ``lstsq``, ``jax.scipy.linalg.polar``), with JAX's derivatives.
 
+Backend ``"mp"`` on CPUs runs ScaLAPACK's own routines instead (``jaxmg_cuda.mp.gesvd``,
+``qr``, ``gels``): ``svd`` (``full_matrices=False``), ``polar`` and ``lstsq`` on ``p?gesvd``,
+``qr`` on ``p?geqrf`` + ``p?orgqr`` (``p?ungqr``), on the 1D forms and on a process grid
+``P(r, c)``; each process's block of ``A`` goes to the engine as it is and the results come
+back whole on every process, then are sharded like ``A``. ``lstsq`` stays on the SVD because
+its contract (``s``, the numerical rank, ``rcond``) is more than ``p?gels`` (full rank only)
+gives; ``p?gels`` is :func:`gels`. On GPUs (cuSOLVERMp) these routines are not built and the
+compositions run.
+
 Derivatives: each composition is one jitted function under a ``custom_jvp`` rule, JAX's rules
 for ``svd`` (distinct singular values, ``full_matrices=False``) and ``qr`` (``M >= N``) written
 with the same sharded products; ``polar`` and ``lstsq`` differentiate through the SVD, as
-``jnp.linalg.lstsq`` does.
+``jnp.linalg.lstsq`` does. ScaLAPACK's ``svd`` takes the same rule; its ``qr`` takes JAX's
+rule on the first ``K`` columns (``dA_1 R_1^{-1}`` by a triangular solve with the replicated
+``R_1``) and, for ``M < N``, the product rule for ``R_2 = Q^H A_2``.
 """
 
 from __future__ import annotations
@@ -37,7 +48,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from . import _api, _checks, _geometry, _products
+import jaxmg_cuda.mp
+
+from . import _api, _checks, _geometry, _native, _products
 from ._local import _explicit, _placed
 
 _HIGHEST = jax.lax.Precision.HIGHEST
@@ -60,30 +73,46 @@ def _where(A, mesh, in_specs, backend, fn):
     _checks.backend(backend, fn)
     (spec,) = _checks.in_specs(in_specs, fn, ("A",))
     geometry = _geometry.resolve(A, mesh, spec, backend=backend, fn=fn)
-    if geometry.form == "grid":
-        raise ValueError(
-            f"{fn}: A sharded over a process grid P(r, c) is not supported yet; shard it by "
-            "rows P(ax, None) or by columns P(None, ax) of one mesh axis."
-        )
+    if geometry.backend == "mp":
+        _native.load_mp(fn, geometry.platform)
     m, n = A.shape
-    sharded = m if geometry.form == "rows" else n
-    if sharded % geometry.ndev:
-        raise ValueError(
-            f"{fn}: A of shape {(m, n)} is sharded by {geometry.form} over {geometry.ndev} "
-            f"devices of axis {geometry.axis!r}, which does not divide {sharded}."
-        )
+    if geometry.form == "grid":
+        if not _native_mp(geometry):
+            raise ValueError(
+                f"{fn}: A sharded over a process grid P(r, c) runs on ScaLAPACK's own routines "
+                "only (backend 'mp' on CPUs); the compositions of backend 'mp' on GPUs take A "
+                "sharded by rows P(ax, None) or by columns P(None, ax) of one mesh axis."
+            )
+        rows, cols = geometry.grid
+        if m % rows or n % cols:
+            raise ValueError(
+                f"{fn}: A of shape {(m, n)} is sharded P(r, c) over a {rows}x{cols} process "
+                f"grid: M must be divisible by {rows} and N by {cols}."
+            )
+    else:
+        sharded = m if geometry.form == "rows" else n
+        if sharded % geometry.ndev:
+            raise ValueError(
+                f"{fn}: A of shape {(m, n)} is sharded by {geometry.form} over {geometry.ndev} "
+                f"devices of axis {geometry.axis!r}, which does not divide {sharded}."
+            )
     if min(m, n) == 0:
         raise ValueError(f"{fn}: A must have at least one row and one column, got {(m, n)}.")
     return geometry, dtype
 
 
 def _spec(geometry):
+    if geometry.form == "grid":
+        return geometry.spec
     return P(geometry.axis, None) if geometry.form == "rows" else P(None, geometry.axis)
 
 
 def _like_a(geometry, shape):
-    """The sharding of a result of ``shape`` that goes "like ``A``": over the same axis and
-    dimension where the device count divides it, else replicated."""
+    """The sharding of a result of ``shape`` that goes "like ``A``": over the same axes and
+    dimensions where the device counts divide them, else replicated."""
+    if geometry.form == "grid":
+        rows, cols = geometry.grid
+        return geometry.spec if shape[0] % rows == 0 and shape[1] % cols == 0 else _REPLICATED
     dim = shape[0] if geometry.form == "rows" else shape[1]
     return _spec(geometry) if dim % geometry.ndev == 0 else _REPLICATED
 
@@ -110,6 +139,142 @@ def _glue(geometry, out_specs, f, *args):
     return jax.tree.map(
         lambda x, spec: _placed(x, mesh, spec), out, out_specs, is_leaf=lambda x: x is None
     )
+
+
+# --- backend "mp" on CPUs: ScaLAPACK's own routines
+
+
+def _native_mp(geometry):
+    """Whether ScaLAPACK's own p?gesvd, p?geqrf + p?orgqr and p?gels run: backend ``"mp"`` on
+    CPUs. On GPUs (cuSOLVERMp) the compositions run: its Gesvd, Geqrf and Gels are not built."""
+    return geometry.backend == "mp" and geometry.platform != "gpu"
+
+
+def _mp_grid(geometry):
+    """The process grid of ``A``'s blocks: ``P(r, c)``'s, ``P x 1`` by rows, ``1 x P`` by
+    columns."""
+    if geometry.form == "grid":
+        return geometry.grid
+    return (geometry.ndev, 1) if geometry.form == "rows" else (1, geometry.ndev)
+
+
+def _mp_tile(geometry, T_A, shape):
+    """The engine's square tile: ``T_A``, else 64 or the smaller side of a block."""
+    if T_A is not None:
+        return int(T_A)
+    rows, cols = _mp_grid(geometry)
+    return max(1, min(64, shape[0] // rows, shape[1] // cols))
+
+
+def _mp_call(geometry, wrapper, tile, a, *replicated):
+    """``wrapper`` (a ``jaxmg_cuda.mp`` rectangular target) on each process's block of ``a``
+    (transposed: the column-major block) and the ``replicated`` operands; every result comes
+    back whole and replicated, the status as a scalar last."""
+    m, n = a.shape
+    kw = dict(m=m, n=n, grid=_mp_grid(geometry), T_A=tile)
+
+    def body(block, *rest):
+        return wrapper(block.T, *rest, geometry.position(), **kw)
+
+    out = jax.shard_map(
+        body,
+        mesh=geometry.mesh,
+        in_specs=(geometry.spec,) + (_REPLICATED,) * len(replicated),
+        out_specs=P(),
+        check_vma=False,
+    )(a, *replicated)
+    return (*out[:-1], out[-1][0])
+
+
+def _svd_native(geometry, T_A, a):
+    u, s, vh, status = _mp_call(geometry, jaxmg_cuda.mp.gesvd, _mp_tile(geometry, T_A, a.shape), a)
+    specs = _svd_specs(geometry, u.shape, vh.shape)
+    return _placed(u, geometry.mesh, specs[0]), s, _placed(vh, geometry.mesh, specs[2]), status
+
+
+def _positive_diagonal(q, r):
+    """``Q D``, ``D^H R`` with ``D`` the phases of ``R``'s diagonal: that diagonal real and
+    non-negative (LAPACK's Householder QR leaves it of any sign)."""
+    d = jnp.diagonal(r)
+    phase = jnp.where(d == 0, 1, d / jnp.where(d == 0, 1, jnp.abs(d)).astype(d.dtype))
+    return q * phase[None, :], jnp.conj(phase)[:, None] * r
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _qr_native(geometry, a):
+    """``(Q, R, status)`` of any ``[M, N]`` ``a`` by p?geqrf and p?orgqr (p?ungqr)."""
+    q, r, status = _mp_call(geometry, jaxmg_cuda.mp.qr, _mp_tile(geometry, None, a.shape), a)
+    q, r = _positive_diagonal(q, r)
+    q = _placed(q, geometry.mesh, _like_a(geometry, q.shape))
+    return q, _placed(r, geometry.mesh, _like_a(geometry, r.shape)), status
+
+
+@_qr_native.defjvp
+def _qr_native_jvp(geometry, primals, tangents):
+    """:func:`_qr_jvp`'s rule on the first ``K`` columns, ``A_1 = Q R_1`` (``R_1`` replicated
+    and small: ``dA_1 R_1^{-1}`` by a triangular solve); for ``M < N`` the rest of ``R``,
+    ``R_2 = Q^H A_2``, by the product rule."""
+    (a,), (da,) = primals, tangents
+    q, r, status = _qr_native(geometry, a)
+    m, n = a.shape
+    k = min(m, n)
+
+    def rule(q, r, a, da):
+        r1 = r[:, :k]
+        da_rinv = jax.scipy.linalg.solve_triangular(r1, da[:, :k].T, trans="T", lower=False).T
+        c = _mm(_h(q), da_rinv)
+        lower = jnp.tril(c, -1)
+        omega = lower - _h(lower)
+        if jnp.issubdtype(c.dtype, jnp.complexfloating):
+            omega = omega + jnp.diag(jnp.imag(jnp.diagonal(c))).astype(c.dtype) * jnp.asarray(
+                1j, c.dtype
+            )
+        dq = _mm(q, omega - c) + da_rinv
+        dr = _mm(c - omega, r1)
+        if n > m:
+            dr = jnp.concatenate([dr, _mm(_h(dq), a[:, m:]) + _mm(_h(q), da[:, m:])], axis=1)
+        return dq, dr
+
+    specs = (_like_a(geometry, q.shape), _like_a(geometry, r.shape))
+    dq, dr = _glue(geometry, specs, rule, q, r, a, da)
+    return (q, r, status), (dq, dr, np.zeros(status.shape, jax.dtypes.float0))
+
+
+def gels(A, b, mesh=None, in_specs=None, *positional, T_A=None, return_status=False):
+    """ScaLAPACK's p?gels on a sharded ``[M, N]`` ``A`` of full rank (backend ``"mp"`` on CPUs
+    only): the least-squares solution of ``A x = b`` for ``M >= N``, the minimum-norm one for
+    ``M < N``, through a QR (``M >= N``) or LQ factorisation.
+
+    Args:
+      A: as for :func:`svd`, also over a process grid ``P(r, c)`` (``M`` divisible by ``r``,
+        ``N`` by ``c``).
+      b: ``[M]`` or ``[M, K]``, ``A``'s dtype (replicated for the solve).
+      T_A: the engine's square tile (default: 64, or the smaller side of a block).
+      return_status: also return the status: 0, or ``k > 0`` when the ``k``-th diagonal entry
+        of the triangular factor is exactly zero (``x`` is then NaN). A nearly rank-deficient
+        ``A`` is not detected: its ``x`` is large and inaccurate; use :func:`lstsq`, which
+        drops the small singular values.
+
+    Returns ``x`` (``[N]`` or ``[N, K]``, replicated), and the status. No derivatives.
+    """
+    fn = "jaxmg.gels"
+    _checks.keyword_only(fn, positional, "T_A or return_status, e.g. return_status=True")
+    geometry, dtype = _where(A, mesh, in_specs, "mp", fn)
+    if not _native_mp(geometry):
+        raise ValueError(f"{fn}: p?gels runs on CPUs only (ScaLAPACK); use jaxmg.lstsq on GPUs.")
+    m, n = A.shape
+    b_shape = _lstsq_rhs(b, m, dtype, fn)
+    T_A = _checks.tile_size(T_A, fn)
+    a = _placed(A, geometry.mesh, geometry.spec)
+    b2 = _placed(jnp.reshape(b, (m, -1)), geometry.mesh, _REPLICATED)
+    x, status = _gels_call(geometry, _mp_tile(geometry, T_A, (m, n)), a, b2)
+    x = x[:, 0] if len(b_shape) == 1 else x
+    return (x, status) if return_status else x
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _gels_call(geometry, tile, a, b):
+    return _mp_call(geometry, jaxmg_cuda.mp.gels, tile, a, b)
 
 
 # --- svd: the Jordan-Wielandt eigenproblem
@@ -217,6 +382,8 @@ def _svd_program(geometry, T_A, full, a):
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
 def _svd(geometry, T_A, a):
+    if _native_mp(geometry):
+        return _svd_native(geometry, T_A, a)
     return _svd_program(geometry, T_A, False, a)
 
 
@@ -481,7 +648,9 @@ def _qr_call(geometry, mode, a):
         q = _placed(q, geometry.mesh, _like_a(geometry, q.shape))
         r = _placed(r, geometry.mesh, _like_a(geometry, r.shape))
         return (None if mode == "r" else q), r, _finite_status(r)
-    if m >= n:
+    if _native_mp(geometry):
+        q, r, status = _qr_native(geometry, a)
+    elif m >= n:
         q, r, status = _qr(geometry, a)
     else:  # the first M columns' QR, and Q^H times the others
         first = _glue(geometry, _like_a(geometry, (m, m)), lambda a: a[:, :m], a)
@@ -516,21 +685,25 @@ def svd(
     Args:
       A: ``[M, N]`` (any ``M``, ``N``) float32, float64, complex64 or complex128, sharded by
         rows ``P(ax, None)`` or columns ``P(None, ax)`` of one mesh axis whose device count
-        divides the sharded dimension.
+        divides the sharded dimension; with backend ``"mp"`` on CPUs also over a process grid
+        ``P(r, c)`` (``M`` divisible by ``r``, ``N`` by ``c``; ``full_matrices=False``).
       full_matrices: ``U`` is ``[M, M]`` and ``Vh`` ``[N, N]`` (``False``, the default:
         ``[M, K]`` and ``[K, N]``, ``K = min(M, N)``). Full matrices have no derivatives.
       compute_uv: also return ``U`` and ``Vh`` (else ``s`` alone).
       T_A: the tile of the eigensolver's ``(M + N)``-column matrix, as for
-        :func:`jaxmg.syevd`; mesh, in_specs, backend: as for :func:`jaxmg.potrs`.
-      return_status: also return the status: 0, or the eigensolver's ``k > 0`` when it did not
-        converge (the outputs are then NaN).
+        :func:`jaxmg.syevd`; with backend ``"mp"`` on CPUs ``p?gesvd``'s square tile (default:
+        64, or the smaller side of a block); mesh, in_specs, backend: as for
+        :func:`jaxmg.potrs`.
+      return_status: also return the status: 0, or the eigensolver's (``p?gesvd``'s) ``k > 0``
+        when it did not converge (the outputs are then NaN).
 
     Returns:
       ``(U, s, Vh)`` (``s`` real, descending, replicated; ``U`` sharded as ``A`` where the
       device count divides its sharded dimension, else replicated; ``Vh`` likewise), or ``s``;
       the status last with ``return_status``.
 
-    How: the eigenvectors of ``[[0, A], [A^H, 0]]`` (module :mod:`jaxmg._decompositions`);
+    How: the eigenvectors of ``[[0, A], [A^H, 0]]`` (module :mod:`jaxmg._decompositions`),
+    or ScaLAPACK's ``p?gesvd`` with backend ``"mp"`` on CPUs (``full_matrices=False``);
     singular values to ``O(ε ||A||)`` whatever the condition number. Singular vectors of
     singular values below ``ε ||A||`` (a rank-deficient ``A``) are not determined and need not
     be orthonormal. Derivatives (``full_matrices=False``): JAX's rule for distinct singular
@@ -539,6 +712,12 @@ def svd(
     fn = "jaxmg.svd"
     _checks.keyword_only(fn, positional, "return_status or backend, e.g. return_status=True")
     geometry, _ = _where(A, mesh, in_specs, backend, fn)
+    if full_matrices and geometry.form == "grid":
+        raise ValueError(
+            f"{fn}: full_matrices=True runs through the Jordan-Wielandt composition, which "
+            "takes A sharded by rows P(ax, None) or by columns P(None, ax), not P(r, c); "
+            "p?gesvd runs with full_matrices=False."
+        )
     T_A = _checks.tile_size(T_A, fn)
     a = _placed(A, geometry.mesh, geometry.spec)
     u, s, vh, status = _svd_call(geometry, T_A, bool(full_matrices), bool(compute_uv), a)
@@ -607,19 +786,15 @@ def lstsq(
       (replicated), the squared residual norm of each column of ``b`` (always computed),
       the numerical rank, the singular values; the status last with ``return_status``.
 
-    The minimum-norm solution through the SVD's pseudo-inverse; derivatives through the SVD's.
+    The minimum-norm solution through the SVD's pseudo-inverse (with backend ``"mp"`` on CPUs
+    ScaLAPACK's ``p?gesvd``, not ``p?gels``, which gives neither ``s`` nor the rank and needs
+    full rank: see :func:`gels`); derivatives through the SVD's.
     """
     fn = "jaxmg.lstsq"
     _checks.keyword_only(fn, positional, "return_status or backend, e.g. return_status=True")
     geometry, dtype = _where(A, mesh, in_specs, backend, fn)
     m, n = A.shape
-    b_shape = getattr(b, "shape", None)
-    if b_shape is None or len(b_shape) not in (1, 2) or b_shape[0] != m:
-        raise ValueError(f"{fn}: b must be [M] or [M, K] with M = {m}, got shape {b_shape}.")
-    if np.dtype(b.dtype) != dtype:
-        raise TypeError(
-            f"{fn}: b has dtype {np.dtype(b.dtype).name}, A {dtype.name}; pass both in one dtype."
-        )
+    b_shape = _lstsq_rhs(b, m, dtype, fn)
     T_A = _checks.tile_size(T_A, fn)
     if rcond is None:
         rcond = float(np.finfo(dtype).eps) * max(m, n)
@@ -633,24 +808,41 @@ def lstsq(
     return out + (status,) if return_status else out
 
 
+def _lstsq_rhs(b, m, dtype, fn):
+    """``b``'s shape, checked: ``[M]`` or ``[M, K]`` of ``A``'s dtype."""
+    b_shape = getattr(b, "shape", None)
+    if b_shape is None or len(b_shape) not in (1, 2) or b_shape[0] != m:
+        raise ValueError(f"{fn}: b must be [M] or [M, K] with M = {m}, got shape {b_shape}.")
+    if np.dtype(b.dtype) != dtype:
+        raise TypeError(
+            f"{fn}: b has dtype {np.dtype(b.dtype).name}, A {dtype.name}; pass both in one dtype."
+        )
+    return b_shape
+
+
 def qr(A, mode="reduced", mesh=None, in_specs=None, *positional, return_status=False, backend=None):
     """The QR decomposition ``A = Q R`` of a sharded ``[M, N]`` matrix.
 
     Args:
       A: as for :func:`svd`; ``K = min(M, N)`` divisible by the device count, and the first
-        ``K`` columns of full rank (``cond`` below about ``1 / ε`` of the dtype).
+        ``K`` columns of full rank (``cond`` below about ``1 / ε`` of the dtype). With backend
+        ``"mp"`` on CPUs (ScaLAPACK's Householder QR) neither: any ``K``, any rank.
       mode: ``"reduced"`` (default): ``Q`` ``[M, K]`` with orthonormal columns, ``R`` ``[K,
         N]`` upper triangular (trapezoidal for ``M < N``); ``"r"``: ``R`` alone.
       mesh, in_specs, backend, return_status: as for :func:`svd`; the status is the Cholesky
         factorisation's ``k > 0`` when the first ``k`` columns are numerically dependent
-        (``Q`` and ``R`` are then NaN).
+        (``Q`` and ``R`` are then NaN). With backend ``"mp"`` on CPUs always 0: dependent
+        columns give a valid ``Q R = A`` with orthonormal ``Q`` and a zero (or rounding-level)
+        diagonal entry of ``R``.
 
     Returns:
       ``(Q, R)`` or ``R``, and the status with ``return_status``. ``R``'s diagonal is real and
       positive (LAPACK's may be negative: the factorisation is the same up to those signs).
 
-    How: shifted CholeskyQR in four steps (module :mod:`jaxmg._decompositions`). Derivatives:
-    JAX's rule for ``jnp.linalg.qr`` (``M >= N``; for ``M < N`` through the product ``Q^H A``).
+    How: shifted CholeskyQR in four steps (module :mod:`jaxmg._decompositions`), or with
+    backend ``"mp"`` on CPUs ScaLAPACK's ``p?geqrf`` + ``p?orgqr`` (``p?ungqr``). Derivatives:
+    JAX's rule for ``jnp.linalg.qr`` (``M >= N``; for ``M < N`` through the product ``Q^H A``),
+    which needs ``R``'s first ``K`` columns invertible.
     """
     fn = "jaxmg.qr"
     _checks.keyword_only(fn, positional, "return_status or backend, e.g. return_status=True")
@@ -658,7 +850,7 @@ def qr(A, mode="reduced", mesh=None, in_specs=None, *positional, return_status=F
         raise ValueError(f"{fn}: mode must be 'reduced' or 'r', got {mode!r}.")
     geometry, _ = _where(A, mesh, in_specs, backend, fn)
     k = min(A.shape)
-    if geometry.backend != "jax" and k % geometry.ndev:
+    if geometry.backend != "jax" and not _native_mp(geometry) and k % geometry.ndev:
         raise ValueError(
             f"{fn}: min(M, N) = {k} must be divisible by the {geometry.ndev} devices of axis "
             f"{geometry.axis!r} (the Gram matrix of the first {k} columns is factored by "

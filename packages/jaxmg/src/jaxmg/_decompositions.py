@@ -200,6 +200,19 @@ def _positive_diagonal(q, r):
     return q * phase[None, :], jnp.conj(phase)[:, None] * r
 
 
+def _qr_tangents(q, r, da_rinv):
+    """JAX's rule for ``jnp.linalg.qr`` (``M >= N``), given ``dA R^{-1}``: with ``C = Q^H dA
+    R^{-1}`` and ``Ω = tril(C, -1) - tril(C, -1)^H`` (its diagonal the imaginary part of
+    ``C``'s, for complex ``A``), ``dQ = Q (Ω - C) + dA R^{-1}`` and ``dR = (C - Ω) R``."""
+    c = _mm(_h(q), da_rinv)
+    lower = jnp.tril(c, -1)
+    omega = lower - _h(lower)
+    if jnp.issubdtype(c.dtype, jnp.complexfloating):
+        imaginary = jnp.diag(jnp.imag(jnp.diagonal(c))).astype(c.dtype)
+        omega = omega + imaginary * jnp.asarray(1j, c.dtype)
+    return _mm(q, omega - c) + da_rinv, _mm(c - omega, r)
+
+
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
 def _qr_native(geometry, a):
     """``(Q, R, status)`` of any ``[M, N]`` ``a`` by p?geqrf and p?orgqr (p?ungqr)."""
@@ -222,15 +235,7 @@ def _qr_native_jvp(geometry, primals, tangents):
     def rule(q, r, a, da):
         r1 = r[:, :k]
         da_rinv = jax.scipy.linalg.solve_triangular(r1, da[:, :k].T, trans="T", lower=False).T
-        c = _mm(_h(q), da_rinv)
-        lower = jnp.tril(c, -1)
-        omega = lower - _h(lower)
-        if jnp.issubdtype(c.dtype, jnp.complexfloating):
-            omega = omega + jnp.diag(jnp.imag(jnp.diagonal(c))).astype(c.dtype) * jnp.asarray(
-                1j, c.dtype
-            )
-        dq = _mm(q, omega - c) + da_rinv
-        dr = _mm(c - omega, r1)
+        dq, dr = _qr_tangents(q, r1, da_rinv)
         if n > m:
             dr = jnp.concatenate([dr, _mm(_h(dq), a[:, m:]) + _mm(_h(q), da[:, m:])], axis=1)
         return dq, dr
@@ -522,25 +527,13 @@ def _qr(geometry, a):
 
 @_qr.defjvp
 def _qr_jvp(geometry, primals, tangents):
-    """JAX's rule for ``jnp.linalg.qr(a)`` with ``M >= N``: with ``C = Q^H dA R^{-1}`` and
-    ``Ω = tril(C, -1) - tril(C, -1)^H`` (its diagonal the imaginary part of ``C``'s, for complex
-    ``A``), ``dQ = Q (Ω - C) + dA R^{-1}`` and ``dR = (C - Ω) R``."""
+    """:func:`_qr_tangents` with ``dA R^{-1}`` from LU solves with ``R^H``."""
     (a,), (da,) = primals, tangents
     q, r, status = _qr(geometry, a)
     da_rinv = _right_solve_linear(da, r, geometry)
 
-    def tangents(q, r, da_rinv):
-        c = _mm(_h(q), da_rinv)
-        lower = jnp.tril(c, -1)
-        omega = lower - _h(lower)
-        if jnp.issubdtype(c.dtype, jnp.complexfloating):
-            omega = omega + jnp.diag(jnp.imag(jnp.diagonal(c))).astype(c.dtype) * jnp.asarray(
-                1j, c.dtype
-            )
-        return _mm(q, omega - c) + da_rinv, _mm(c - omega, r)
-
     specs = (_like_a(geometry, q.shape), _like_a(geometry, r.shape))
-    dq, dr = _glue(geometry, specs, tangents, q, r, da_rinv)
+    dq, dr = _glue(geometry, specs, _qr_tangents, q, r, da_rinv)
     return (q, r, status), (dq, dr, np.zeros(status.shape, jax.dtypes.float0))
 
 

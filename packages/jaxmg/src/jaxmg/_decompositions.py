@@ -1,8 +1,9 @@
 """svd, polar, lstsq and qr of a sharded matrix, composed of jaxmg's own distributed routines.
 
 Neither cuSolverMg nor its LAPACK twin has an SVD or a QR, so these are built from what the
-engines do run, with XLA's sharded products between the calls, on every backend and platform
-the routines they call run on:
+engines do run, with sharded products between the calls (XLA's, and ring products of
+:mod:`jaxmg._products` for the Gram matrices), on every backend and platform the routines they
+call run on:
 
 - ``svd``: the Hermitian eigenproblem of the Jordan-Wielandt matrix ``B = [[0, A], [A^H, 0]]``
   (``syevd`` of ``M + N`` columns). Its eigenvalues are ``±σ_i`` (and ``|M - N|`` zeros), the
@@ -17,7 +18,8 @@ the routines they call run on:
   Cholesky factorisations of shifted Gram matrices ``X^H X + s I`` (``cho_factor``) make ``Q_2``
   well enough conditioned for two plain CholeskyQR steps to finish; each ``A R^{-1}`` is one
   LU solve with ``R^H`` (``lu_solve``). Full column rank ``A`` with ``cond(A)`` up to about
-  ``1 / ε``; beyond, the Cholesky factorisation fails, and the status says so.
+  1e14 in float64 (tested at N = 1024); beyond, a Cholesky factorisation fails, and the status
+  says which.
 
 On a solver axis of one device with the default backend they are JAX's own
 (``jnp.linalg.svd``, ``qr``, ``lstsq``, ``jax.scipy.linalg.polar``), with JAX's derivatives.

@@ -65,7 +65,7 @@ PYTEST_JOBS = int(os.environ.get("JAXMG_PYTEST_JOBS", "2"))
 # The 4-device run holds every test of the suite (tests/conftest.py): it runs in two halves of
 # about equal time, the second these paths, the first the rest.
 SECOND_HALF = (
-    *(f"tests/api/test_{name}.py" for name in ("solvers", "dropin", "faults")),
+    *(f"tests/api/test_{name}.py" for name in ("solvers", "dropin", "faults", "decompositions")),
     "tests/layout",
     "tests/native",
     "tests/benchmarks",
@@ -83,7 +83,11 @@ def halves(leave_out=()):
 # derivative rules and the client-style calls, which build on the same solver programs and run
 # with 1, 2 and 4 devices.
 NARROW_COUNTS = (3, 8)
-NARROW = ("--ignore=tests/api/test_autodiff.py", "--ignore=tests/api/test_dropin.py")
+NARROW = (
+    "--ignore=tests/api/test_autodiff.py",
+    "--ignore=tests/api/test_decompositions_grad.py",
+    "--ignore=tests/api/test_dropin.py",
+)
 
 
 def cpu_suite(count, paths=("tests",), *extra):

@@ -29,6 +29,11 @@ def mesh_of_all():
     return jax.make_mesh((jax.device_count(),), ("x",))
 
 
+# Sharding forms by shape: both forms of a square A, and the mixed cases of a rectangular one
+# (a tall A by columns, a wide A by rows: U and V sharded along different dimensions).
+CASES = [("square", "rows"), ("square", "cols"), ("tall", "cols"), ("wide", "rows")]
+
+
 def shapes():
     """Square, tall and wide, each sharded dimension a multiple of the device count."""
     d = jax.device_count()
@@ -71,8 +76,7 @@ def orthonormality(q):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize("kind", ["square", "tall", "wide"])
+@pytest.mark.parametrize(("kind", "form"), CASES)
 def test_svd_against_numpy(kind, form, dtype):
     shape = shapes()[kind]
     a = matrix(shape, dtype)
@@ -110,8 +114,7 @@ def test_svd_full_matrices_and_values_only(kind, form):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize("kind", ["square", "tall", "wide"])
+@pytest.mark.parametrize(("kind", "form"), CASES)
 def test_qr_against_numpy(kind, form, dtype):
     shape = shapes()[kind]
     a = matrix(shape, dtype, seed=2)
@@ -147,8 +150,7 @@ def test_polar_against_scipy(side, form, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize("kind", ["square", "tall", "wide"])
+@pytest.mark.parametrize(("kind", "form"), CASES)
 def test_lstsq_against_numpy(kind, form, dtype):
     shape = shapes()[kind]
     a = matrix(shape, dtype, seed=4)
@@ -232,94 +234,10 @@ def test_svd_rank_deficient(form):
     assert max(orthonormality(u[:, :2]), orthonormality(vh[:2].T)) <= 100 * unit(np.float64)
 
 
-# --- derivatives
-
-
-def _gathered(a):
-    return jnp.asarray(np.asarray(a))
-
-
-def _tangent(shape, dtype, seed):
-    return matrix(shape, dtype, seed=seed)
-
-
-@pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize("kind", ["square", "tall", "wide"])
-def test_svd_jvp_against_jax(kind, form):
-    """The tangents of gauge-invariant functions of the SVD (s, and U f(s) Vh), and of U and Vh
-    after fixing each vector's sign as numpy's, against JAX's rule on one device."""
-    shape = shapes()[kind]
-    dtype = np.float64
-    a = matrix(shape, dtype, seed=9)
-    da = _tangent(shape, dtype, seed=10)
-
-    def invariant(svd):
-        def f(x):
-            u, s, vh = svd(x)
-            return s, (u * jnp.tanh(s)[None, :]) @ vh
-
-        return f
-
-    ours = jax.jvp(invariant(jaxmg.svd), (put(a, FORMS[form]),), (put(da, FORMS[form]),))
-    ref = jax.jvp(
-        invariant(lambda x: jnp.linalg.svd(x, full_matrices=False)),
-        (_gathered(a),),
-        (_gathered(da),),
-    )
-    for x, y in zip(jax.tree.leaves(ours), jax.tree.leaves(ref), strict=True):
-        np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=1e-10)
-
-
-@pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize("kind", ["square", "tall", "wide"])
-def test_qr_jvp_against_jax(kind, form):
-    shape = shapes()[kind]
-    dtype = np.complex128
-    a = matrix(shape, dtype, seed=11)
-    da = _tangent(shape, dtype, seed=12)
-    (q, r), (dq, dr) = jax.jvp(jaxmg.qr, (put(a, FORMS[form]),), (put(da, FORMS[form]),))
-    (q0, r0), (dq0, dr0) = jax.jvp(jnp.linalg.qr, (_gathered(a),), (_gathered(da),))
-    k = min(shape)
-    phases = np.diag(np.asarray(r0))[:k] / np.abs(np.diag(np.asarray(r0))[:k])
-    np.testing.assert_allclose(np.asarray(q), np.asarray(q0) * phases, atol=1e-12)
-    np.testing.assert_allclose(np.asarray(dq), np.asarray(dq0) * phases, atol=1e-10)
-    np.testing.assert_allclose(
-        np.asarray(dr), np.conj(phases)[:, None] * np.asarray(dr0), atol=1e-10
-    )
-
-
-@pytest.mark.parametrize("form", FORMS)
-def test_polar_and_lstsq_derivatives(form):
-    """jvp of polar against JAX's SVD-based polar, and the gradient of a least-squares loss
-    (reverse mode, under jit) against central differences."""
-    shape = shapes()["square"]
-    a = matrix(shape, np.float64, seed=13)
-    da = _tangent(shape, np.float64, seed=14)
-    ours = jax.jvp(jaxmg.polar, (put(a, FORMS[form]),), (put(da, FORMS[form]),))
-    ref = jax.jvp(
-        lambda x: jax.scipy.linalg.polar(x, method="svd"), (_gathered(a),), (_gathered(da),)
-    )
-    for x, y in zip(jax.tree.leaves(ours), jax.tree.leaves(ref), strict=True):
-        np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=1e-10)
-
-    tall = shapes()["tall"]
-    a = matrix(tall, np.float64, seed=15)
-    b = jnp.asarray(matrix((tall[0], 1), np.float64, seed=16)[:, 0])
-
-    def loss(x):
-        return jnp.sum(jaxmg.lstsq(x, b)[0] ** 2)
-
-    grad = np.asarray(jax.jit(jax.grad(loss))(put(a, FORMS[form])))
-    direction = _tangent(tall, np.float64, seed=17)
-    h = 1e-6
-    plus = float(loss(put(a + h * direction, FORMS[form])))
-    minus = float(loss(put(a - h * direction, FORMS[form])))
-    np.testing.assert_allclose(np.sum(grad * direction), (plus - minus) / (2 * h), rtol=1e-6)
-
-
 # --- one device, backends, and bad input
 
 
+@pytest.mark.usefixtures("once_per_suite")
 def test_one_device_default_is_jax_and_mg_matches():
     """On a one-device axis the default is JAX's own decompositions; backend="mg" runs the
     compositions on the LAPACK twin, with the same results."""
@@ -342,6 +260,7 @@ def test_under_jit_on_explicit_axes():
     np.testing.assert_allclose(np.asarray(q) @ np.asarray(r), a, atol=1e-13)
 
 
+@pytest.mark.usefixtures("once_per_suite")
 def test_bad_input_is_refused_before_device_work():
     A = put(matrix(shapes()["square"], np.float64), FORMS["rows"])
     with pytest.raises(ValueError, match="side must be 'right' or 'left'"):
@@ -356,74 +275,8 @@ def test_bad_input_is_refused_before_device_work():
         jaxmg.svd(jnp.ones((4, 4), jnp.int32))
     with pytest.raises(ValueError, match="must be 2-D"):
         jaxmg.qr(jnp.ones(4))
-    if jax.device_count() > 1:
-        with pytest.raises(ValueError, match="does not divide"):
-            jaxmg.svd(
-                put(matrix((jax.device_count() + 1, 2), np.float64), P(None, None)),
-                in_specs=P("x", None),
-            )
-
-
-@pytest.mark.parametrize("form", FORMS)
-def test_on_auto_axes_under_jit(form):
-    """A mesh with Auto axes (XLA's partitioner places what jaxmg does not), under jit with
-    in_specs: the four routines and a gradient, against numpy and finite differences."""
-    d = jax.device_count()
-    mesh = jax.make_mesh((d,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
-    spec = FORMS[form]
-    shape = shapes()["tall"]
-    a = matrix(shape, np.float64, seed=21)
-    A = jax.device_put(a, NamedSharding(mesh, spec))
-    b = jnp.asarray(matrix((shape[0], 1), np.float64, seed=22)[:, 0])
-    kw = dict(mesh=mesh, in_specs=spec)
-
-    @jax.jit
-    def run(A):
-        u, s, vh = jaxmg.svd(A, **kw)
-        q, r = jaxmg.qr(A, **kw)
-        up, p = jaxmg.polar(A, **kw)
-        x = jaxmg.lstsq(A, b, **kw)[0]
-        return u, s, vh, q, r, up, p, x
-
-    u, s, vh, q, r, up, p, x = (np.asarray(y) for y in run(A))
-    np.testing.assert_allclose(s, np.linalg.svd(a, compute_uv=False), rtol=1e-12)
-    np.testing.assert_allclose((u * s) @ vh, a, atol=1e-12)
-    np.testing.assert_allclose(q @ r, a, atol=1e-12)
-    np.testing.assert_allclose(up @ p, a, atol=1e-12)
-    np.testing.assert_allclose(x, np.linalg.lstsq(a, np.asarray(b), rcond=None)[0], atol=1e-12)
-
-    def loss(A):
-        return jnp.sum(jaxmg.svd(A, compute_uv=False, **kw) ** 3)
-
-    grad = np.asarray(jax.jit(jax.grad(loss))(A))
-    direction = matrix(shape, np.float64, seed=23)
-    h = 1e-6
-    diff = float(loss(A + h * direction) - loss(A - h * direction)) / (2 * h)
-    np.testing.assert_allclose(np.sum(grad * direction), diff, rtol=1e-6)
-
-
-@pytest.mark.parametrize(
-    "routine",
-    ["svd_values", "svd_invariant", "qr", "qr_complex", "polar", "lstsq"],
-)
-def test_check_grads(routine):
-    """jax.test_util.check_grads, forward and reverse, first order, against JAX's own numerical
-    differences (tall float64, rows)."""
-    from jax.test_util import check_grads
-
-    shape = shapes()["tall"]
-    dtype = np.complex128 if routine == "qr_complex" else np.float64
-    a = matrix(shape, dtype, seed=24)
-    b = jnp.asarray(matrix((shape[0], 1), np.float64, seed=25)[:, 0])
-    kw = dict(mesh=mesh_of_all(), in_specs=FORMS["rows"])  # check_grads' points carry none
-    f = {
-        "svd_values": lambda A: jaxmg.svd(A, compute_uv=False, **kw),
-        "svd_invariant": lambda A: (lambda u, s, vh: (u * s[None, :] ** 2) @ vh)(
-            *jaxmg.svd(A, **kw)
-        ),
-        "qr": lambda A: jaxmg.qr(A, **kw),
-        "qr_complex": lambda A: jaxmg.qr(A, **kw),
-        "polar": lambda A: jaxmg.polar(A, **kw),
-        "lstsq": lambda A: jaxmg.lstsq(A, b, **kw)[0],
-    }[routine]
-    check_grads(jax.jit(f), (put(a, FORMS["rows"]),), order=1, modes=("fwd", "rev"), atol=1e-6)
+    with pytest.raises(ValueError, match="does not divide"):
+        jaxmg.svd(
+            put(matrix((jax.device_count() + 1, 2), np.float64), P(None, None)),
+            in_specs=P("x", None),
+        )

@@ -103,12 +103,6 @@ def _where(A, mesh, in_specs, backend, fn):
     return geometry, dtype
 
 
-def _spec(geometry):
-    if geometry.form == "grid":
-        return geometry.spec
-    return P(geometry.axis, None) if geometry.form == "rows" else P(None, geometry.axis)
-
-
 def _like_a(geometry, shape):
     """The sharding of a result of ``shape`` that goes "like ``A``": over the same axes and
     dimensions where the device counts divide them, else replicated."""
@@ -116,7 +110,7 @@ def _like_a(geometry, shape):
         rows, cols = geometry.grid
         return geometry.spec if shape[0] % rows == 0 and shape[1] % cols == 0 else _REPLICATED
     dim = shape[0] if geometry.form == "rows" else shape[1]
-    return _spec(geometry) if dim % geometry.ndev == 0 else _REPLICATED
+    return geometry.spec if dim % geometry.ndev == 0 else _REPLICATED
 
 
 _REPLICATED = P(None, None)
@@ -133,7 +127,7 @@ def _glue(geometry, out_specs, f, *args):
     operation's operands would have to agree on their shardings already: there ``f`` runs
     with the axes Auto (``jax.sharding.auto_axes``)."""
     mesh = geometry.mesh
-    if _explicit(mesh, _spec(geometry)):
+    if _explicit(mesh, geometry.spec):
         abstract = mesh.abstract_mesh if isinstance(mesh, jax.sharding.Mesh) else mesh
         with jax.sharding.use_abstract_mesh(abstract):
             return jax.sharding.auto_axes(f, out_sharding=out_specs)(*args)
@@ -359,12 +353,12 @@ def _svd_program(geometry, T_A, full, a):
     m, n = a.shape
     k = min(m, n)
     pad = -(m + n) % geometry.ndev
-    b = _glue(geometry, _spec(geometry), functools.partial(_jordan_wielandt, pad=pad), a)
+    b = _glue(geometry, geometry.spec, functools.partial(_jordan_wielandt, pad=pad), a)
     w, v, status = _api.syevd(
         b,
         T_A=T_A,
         mesh=geometry.mesh,
-        in_specs=_spec(geometry),
+        in_specs=geometry.spec,
         return_status=True,
         backend=_engine(geometry),
     )
@@ -441,7 +435,7 @@ def _upper_factor(f, form):
 def _cholesky_qr(a, geometry, shift):
     """``Q = A R^{-1}``, ``R`` and the factorisation's status, ``R^H R = A^H A + shift I``."""
     n = a.shape[1]
-    spec = _spec(geometry)
+    spec = geometry.spec
 
     if _like_a(geometry, a.shape) == spec:  # a ring product: no whole N x N per device
         g = _products.gram(a, a, geometry.mesh, spec)
@@ -460,7 +454,7 @@ def _cholesky_qr(a, geometry, shift):
 def _right_solve(x, r, geometry):
     """``X R^{-1}`` as ``(R^{-H} X^H)^H``: one LU solve (backward stable) with the sharded
     ``R^H``; ``X`` comes back sharded like ``A``."""
-    spec = _spec(geometry)
+    spec = geometry.spec
     rh, xh = _glue(geometry, (spec, _REPLICATED), lambda r, x: (_h(r), _h(x)), r, x)
     y = _api.lu_solve(rh, xh, mesh=geometry.mesh, in_specs=spec, backend=_engine(geometry))
     return _glue(geometry, _like_a(geometry, x.shape), _h, y)
@@ -469,7 +463,7 @@ def _right_solve(x, r, geometry):
 def _right_solve_linear(x, r, geometry):
     """``X R^{-1}`` as a linear map of ``X`` that reverse mode can transpose: the solver's
     calls are no JAX primitives, so its transpose ``Y R^{-T}`` is given explicitly."""
-    spec = _spec(geometry)
+    spec = geometry.spec
     rt = _glue(geometry, spec, jnp.transpose, r)
     return jax.lax.custom_linear_solve(
         lambda y: _glue(geometry, _like_a(geometry, y.shape), _mm, y, r),

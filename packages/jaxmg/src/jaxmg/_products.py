@@ -101,13 +101,16 @@ def times_by_columns(x, g, axis, p):
 # --- the Newton-Schulz polish
 
 
+def _axis(spec):
+    return (spec[0], True) if spec[0] is not None else (spec[1], False)
+
+
 def newton_schulz(x, keep, mesh, spec, steps=2):
     """``steps`` Newton-Schulz steps ``X <- X + X (I - X^H X) / 2`` on the columns ``keep``
     (a boolean ``[K]``, replicated) of ``x`` sharded as ``spec`` (``P(axis, None)`` or
     ``P(None, axis)``), the other columns left as they are. Each step squares ``X``'s distance
     from orthonormal columns."""
-    by_rows = spec[0] is not None
-    axis = spec[0] if by_rows else spec[1]
+    axis, by_rows = _axis(spec)
     p = mesh.shape[axis]
 
     def body(x, keep):
@@ -133,10 +136,6 @@ def newton_schulz(x, keep, mesh, spec, steps=2):
     return jax.shard_map(
         body, mesh=mesh, in_specs=(spec, P(None)), out_specs=spec, check_vma=False
     )(x, keep)
-
-
-def _axis(spec):
-    return (spec[0], True) if spec[0] is not None else (spec[1], False)
 
 
 def gram(x, y, mesh, spec):

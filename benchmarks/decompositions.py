@@ -20,6 +20,7 @@ import argparse
 import json
 import pathlib
 import sys
+from functools import partial
 
 from _common import program_memory, timed_pair
 
@@ -42,23 +43,19 @@ def parse(argv=None):
 
 
 def functions(routine, b, backend):
-    """``(jaxmg's, JAX's)``: each maps ``A`` to its factors, and ``check(A, out)`` the two
-    accuracy figures."""
+    """``(jaxmg's, JAX's)``: each maps ``A`` to its factors (``lstsq``: to ``x``)."""
     import jax
     import jax.numpy as jnp
 
     import jaxmg
 
     if routine == "svd":
-        ours, theirs = jaxmg.svd, lambda a: jnp.linalg.svd(a, full_matrices=False)
-    elif routine == "qr":
-        ours, theirs = jaxmg.qr, jnp.linalg.qr
-    elif routine == "polar":
-        ours, theirs = jaxmg.polar, jax.scipy.linalg.polar
-    else:
-        ours = lambda a, backend: jaxmg.lstsq(a, b, backend=backend)[0]  # noqa: E731
-        theirs = lambda a: jnp.linalg.lstsq(a, b)[0]  # noqa: E731
-    return (lambda a: ours(a, backend=backend)), theirs
+        return partial(jaxmg.svd, backend=backend), lambda a: jnp.linalg.svd(a, full_matrices=False)
+    if routine == "qr":
+        return partial(jaxmg.qr, backend=backend), jnp.linalg.qr
+    if routine == "polar":
+        return partial(jaxmg.polar, backend=backend), jax.scipy.linalg.polar
+    return (lambda a: jaxmg.lstsq(a, b, backend=backend)[0]), (lambda a: jnp.linalg.lstsq(a, b)[0])
 
 
 def accuracy(routine, a, out, b):

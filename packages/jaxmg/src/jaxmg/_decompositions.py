@@ -629,11 +629,7 @@ def _qr_call(geometry, mode, a):
     m, n = a.shape
     if geometry.backend == "jax":
         a = _whole(a, geometry)
-        q, r = jnp.linalg.qr(a)
-        # R's diagonal real and positive, as the compositions make it: R = D^H R_jax, Q = Q D.
-        d = jnp.diagonal(r)
-        phase = jnp.where(d == 0, 1, d / jnp.where(d == 0, 1, jnp.abs(d)).astype(d.dtype))
-        q, r = q * phase[None, :], jnp.conj(phase)[:, None] * r
+        q, r = _positive_diagonal(*jnp.linalg.qr(a))  # as the other paths give R
         q = _placed(q, geometry.mesh, _like_a(geometry, q.shape))
         r = _placed(r, geometry.mesh, _like_a(geometry, r.shape))
         return (None if mode == "r" else q), r, _finite_status(r)

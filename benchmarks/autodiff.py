@@ -172,8 +172,7 @@ def gp_programs(mesh, tile, datafit_only, wrt_matrix=False):
 def run_gp(case, n, args, devices):
     import jax
     import numpy as np
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
+    from jax.sharding import NamedSharding, PartitionSpec as P
 
     mesh = jax.make_mesh((len(devices),), ("x",), devices=devices)
     theta, x, y = gp_data(n, args.dim, args.dtype)
@@ -250,8 +249,7 @@ def run_lu(n, args, devices):
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
+    from jax.sharding import NamedSharding, PartitionSpec as P
 
     import jaxmg
 

@@ -98,8 +98,7 @@ def main(argv=None):
     jax.config.update("jax_num_cpu_devices", args.cpu_devices)  # no effect where there are GPUs
     import jax.numpy as jnp
     import numpy as np
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
+    from jax.sharding import NamedSharding, PartitionSpec as P
 
     ndev = jax.device_count()
     mesh = jax.make_mesh((ndev,), ("x",))

@@ -181,8 +181,7 @@ class Bench:
         or general (``G / sqrt(N) + 3 I``), G standard normal."""
         import jax
         import jax.numpy as jnp
-        from jax.sharding import NamedSharding
-        from jax.sharding import PartitionSpec as P
+        from jax.sharding import NamedSharding, PartitionSpec as P
 
         if self.cache_key != (kind, n, dtype):
             self.cache_key, self.cache = (kind, n, dtype), {}
@@ -341,8 +340,7 @@ class Bench:
         import jax.scipy.linalg as jsl
         import numpy as np
         from autodiff import gp_data, kernel_block, sharded_kernel
-        from jax.sharding import NamedSharding
-        from jax.sharding import PartitionSpec as P
+        from jax.sharding import NamedSharding, PartitionSpec as P
 
         import jaxmg
 

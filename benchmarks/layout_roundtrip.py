@@ -44,8 +44,7 @@ def main(argv=None):
     jax.config.update("jax_num_cpu_devices", max(args.cpu_devices, most))
     import jax.numpy as jnp
     import numpy as np
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
+    from jax.sharding import NamedSharding, PartitionSpec as P
 
     import jaxmg_layout as jl
 

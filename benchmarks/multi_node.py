@@ -67,8 +67,7 @@ def worker(args) -> None:
     import jax.numpy as jnp
     import numpy as np
     from jax.experimental import multihost_utils
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
+    from jax.sharding import NamedSharding, PartitionSpec as P
 
     import jaxmg
     import jaxmg_cuda

@@ -30,8 +30,7 @@ def measure(args, devices_per_process):
         jax.distributed.initialize(f"127.0.0.1:{args.port}", args.processes_now, args.process_id)
     import numpy as np
     from _common import timed
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
+    from jax.sharding import NamedSharding, PartitionSpec as P
 
     import jaxmg
 

@@ -38,8 +38,7 @@ def worker(args) -> None:
     jax = start_mpi_jax()
     import numpy as np
     from jax.experimental import multihost_utils
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
+    from jax.sharding import NamedSharding, PartitionSpec as P
 
     import jaxmg
     import jaxmg_cuda

@@ -182,8 +182,7 @@ def memory(fn, args, devices, prefix=""):
 def run_case(routine, n, dtype, tile, ndev, relayout, sharding, backend, args, all_devices):
     import jax
     import numpy as np
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
+    from jax.sharding import NamedSharding, PartitionSpec as P
 
     devices = all_devices[:ndev]
     mesh = jax.make_mesh((ndev,), ("x",), devices=devices)
@@ -244,8 +243,7 @@ def overhead_us(n, all_devices, runs, backend="default"):
     import jax
     import jax.scipy.linalg as jsl
     import numpy as np
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
+    from jax.sharding import NamedSharding, PartitionSpec as P
 
     import jaxmg
 

@@ -14,8 +14,7 @@ jax.config.update("jax_num_cpu_devices", 2)  # only used when there is no GPU
 jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from jax.sharding import NamedSharding  # noqa: E402
-from jax.sharding import PartitionSpec as P  # noqa: E402
+from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 import jaxmg  # noqa: E402
 

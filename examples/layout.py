@@ -9,8 +9,7 @@ import jax
 jax.config.update("jax_num_cpu_devices", 2)  # only used when there is no GPU
 jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
-from jax.sharding import NamedSharding  # noqa: E402
-from jax.sharding import PartitionSpec as P  # noqa: E402
+from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 from jaxmg import cyclic_1d_layout  # noqa: E402
 

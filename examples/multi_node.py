@@ -47,8 +47,7 @@ def run(args) -> None:
     jax.distributed.initialize(cluster_detection_method="mpi4py")
 
     import jax.numpy as jnp
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
+    from jax.sharding import NamedSharding, PartitionSpec as P
 
     import jaxmg
 

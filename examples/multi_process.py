@@ -59,8 +59,7 @@ def run(args):
 
     import jax.numpy as jnp
     from jax.experimental import multihost_utils
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
+    from jax.sharding import NamedSharding, PartitionSpec as P
 
     import jaxmg
 

@@ -10,8 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.linalg
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 import jaxmg
 

@@ -20,8 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.linalg
-from jax.sharding import AxisType, NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 import jaxmg
 import jaxmg_cuda

@@ -15,8 +15,7 @@ import re
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import AxisType
-from jax.sharding import PartitionSpec as P
+from jax.sharding import AxisType, PartitionSpec as P
 
 import jaxmg
 

@@ -8,10 +8,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-from jax.sharding import AxisType, NamedSharding
-from jax.sharding import PartitionSpec as P
+from hypothesis import given, strategies as st
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 import jaxmg
 

@@ -21,8 +21,7 @@ import numpy as np
 import optax
 import pytest
 from jax.flatten_util import ravel_pytree
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 solvers = nk.optimizer.solver
 

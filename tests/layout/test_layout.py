@@ -13,8 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from hypothesis import given
-from jax.sharding import AxisType, NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 import jaxmg_layout as jl
 from jaxmg_layout._plan import shift_applies

@@ -3,8 +3,7 @@ against the 1D plan it generalises."""
 
 import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 import jaxmg_layout
 from jaxmg_layout import BlockCyclic2D, numroc

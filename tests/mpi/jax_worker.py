@@ -60,8 +60,7 @@ jax.distributed.initialize(cluster_detection_method="mpi4py", initialization_tim
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.experimental import multihost_utils  # noqa: E402
-from jax.sharding import NamedSharding  # noqa: E402
-from jax.sharding import PartitionSpec as P  # noqa: E402
+from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 import jaxmg  # noqa: E402
 

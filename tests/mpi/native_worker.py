@@ -20,8 +20,7 @@ jax.config.update("jax_cpu_collectives_implementation", "gloo")
 jax.distributed.initialize(cluster_detection_method="mpi4py", initialization_timeout=60)
 
 import numpy as np  # noqa: E402
-from jax.sharding import NamedSharding  # noqa: E402
-from jax.sharding import PartitionSpec as P  # noqa: E402
+from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 import jaxmg_cuda  # noqa: E402
 from jaxmg_layout import BlockCyclic2D  # noqa: E402

@@ -11,38 +11,16 @@ on local shards inside ``jax.shard_map``; the operand contract is in this packag
 from . import mp as mp
 from ._ops import (
     has_cuda_support as has_cuda_support,
-)
-from ._ops import (
     load_cuda_libraries as load_cuda_libraries,
-)
-from ._ops import (
     mg_getrf as mg_getrf,
-)
-from ._ops import (
     mg_getrs as mg_getrs,
-)
-from ._ops import (
     mg_potrf as mg_potrf,
-)
-from ._ops import (
     mg_potri as mg_potri,
-)
-from ._ops import (
     mg_potri_factored as mg_potri_factored,
-)
-from ._ops import (
     mg_potrs as mg_potrs,
-)
-from ._ops import (
     mg_potrs_factored as mg_potrs_factored,
-)
-from ._ops import (
     mg_syevd as mg_syevd,
-)
-from ._ops import (
     open_meetings as open_meetings,
-)
-from ._ops import (
     rendezvous_probe as rendezvous_probe,
 )
 

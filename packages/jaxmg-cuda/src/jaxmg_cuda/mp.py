@@ -38,8 +38,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _jaxmg_cuda
-from . import _ops as _ops  # registers the state type of the CPU targets' instantiate stage
+from . import (
+    _jaxmg_cuda,
+    _ops as _ops,  # registers the state type of the CPU targets' instantiate stage
+)
 
 # A new id per traced call, the same on every process (they trace the same program): the
 # processes agree on the order of calls by it (csrc/engines/scalapack.cc).

@@ -10,39 +10,26 @@ index math (:class:`BlockCyclic2D`, :func:`numroc`), the relayout (``cyclic_2d_l
 ``cyclic_2d_no_shardmap`` and their undo) and a picture (``plot_layout_2d``).
 """
 
-from ._moves import InPlaceMoves as InPlaceMoves
-from ._moves import in_place_moves as in_place_moves
+from ._moves import InPlaceMoves as InPlaceMoves, in_place_moves as in_place_moves
 from ._plan import (
     CyclicPlan as CyclicPlan,
-)
-from ._plan import (
     calculate_all_valid_T_A as calculate_all_valid_T_A,
-)
-from ._plan import (
     calculate_padding as calculate_padding,
-)
-from ._plan import (
     calculate_valid_T_A as calculate_valid_T_A,
 )
-from ._plan2d import BlockCyclic2D as BlockCyclic2D
-from ._plan2d import numroc as numroc
-from ._plot import plot_layout as plot_layout
-from ._plot import plot_layout_2d as plot_layout_2d
+from ._plan2d import BlockCyclic2D as BlockCyclic2D, numroc as numroc
+from ._plot import plot_layout as plot_layout, plot_layout_2d as plot_layout_2d
 from ._relayout import (
     cyclic_1d_layout as cyclic_1d_layout,
-)
-from ._relayout import (
     cyclic_1d_no_shardmap as cyclic_1d_no_shardmap,
-)
-from ._relayout import (
     undo_cyclic_1d_layout as undo_cyclic_1d_layout,
-)
-from ._relayout import (
     undo_cyclic_1d_no_shardmap as undo_cyclic_1d_no_shardmap,
 )
-from ._relayout2d import cyclic_2d_layout as cyclic_2d_layout
-from ._relayout2d import cyclic_2d_no_shardmap as cyclic_2d_no_shardmap
-from ._relayout2d import undo_cyclic_2d_layout as undo_cyclic_2d_layout
-from ._relayout2d import undo_cyclic_2d_no_shardmap as undo_cyclic_2d_no_shardmap
+from ._relayout2d import (
+    cyclic_2d_layout as cyclic_2d_layout,
+    cyclic_2d_no_shardmap as cyclic_2d_no_shardmap,
+    undo_cyclic_2d_layout as undo_cyclic_2d_layout,
+    undo_cyclic_2d_no_shardmap as undo_cyclic_2d_no_shardmap,
+)
 
 __version__ = "0.2.0"

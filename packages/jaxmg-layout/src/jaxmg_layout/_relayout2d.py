@@ -15,8 +15,7 @@ import functools
 
 import jax
 from jax import lax
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from ._plan2d import BlockCyclic2D
 from ._relayout import _sharding_of, cyclic_1d_no_shardmap, undo_cyclic_1d_no_shardmap

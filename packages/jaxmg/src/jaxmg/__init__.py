@@ -13,6 +13,14 @@ twin there). One process may drive every
 device, or each process one device of the node; for several nodes, ``host_mesh`` and
 ``gather_to_hosts`` gather the matrix onto every node.
 
+Programs written for jaxmg 1.x (cuSOLVERMp; NetKet 3.23 calls it) run too: its names
+(``gesvd``, ``least_squares``, the ``*_shardmap_ctx`` functions on global arrays,
+``device_supports_vmm``) and its argument order (``qr(A, T_A)``, ``polar(A, T_A)``,
+``matrix_specs=``) mean here what they mean there; docs/migration.md says where they differ.
+jaxmg has no module ``__version__``: NetKet 3.22 accepts only 0.0.x versions and NetKet 3.23
+only 1.x ones, and both skip the check without it; ``importlib.metadata.version("jaxmg")``
+gives the installed version.
+
 jaxmg 0.0.x's layout helpers (``cyclic_1d``, ``verify_cyclic``, ``manual_cyclic_1d_layout``,
 ``plot_block_to_cyclic``) and ``jaxmg.utils`` (``random_psd``, ``JaxMgWarning``, the category
 of jaxmg's warnings) remain for programs and tests written for it.
@@ -27,6 +35,7 @@ checks it, and that the list names every module of the package):
 - ``_processes``: which processes drive a call's devices, and what they agreed on.
 - ``_dense``: backend ``"jax"``, JAX's own dense solvers behind the engines' wrappers.
 - ``_geometry``: where ``A`` lives: mesh, axis, sharding form, devices, backend.
+- ``_v1_status``: jaxmg 1.x's status vector, built from jaxmg's status.
 - ``_native``: the engines' wrappers (cuSolverMg or its twin, the distributed engine, ``_dense``).
 - ``_compat``: jaxmg 0.0.x's layout helpers.
 - ``_local``: placing arrays; inside ``shard_map``: routes, cross-device fills, local bodies.
@@ -36,6 +45,8 @@ checks it, and that the list names every module of the package):
 - ``_api``: the public functions on global arrays, their checks and ``donate=``.
 - ``_decompositions``: ``svd``, ``polar``, ``lstsq`` and ``qr``, composed of ``_api``'s
   routines and sharded products.
+- ``_v1``: the names only jaxmg 1.x has (``gesvd``, ``least_squares``, the
+  ``*_shardmap_ctx`` functions on global arrays, ``device_supports_vmm``).
 - ``_in_shard_map``: the public functions inside a user's ``shard_map`` (``*_no_shardmap``,
   ``*_shardmap_ctx``).
 - ``_multinode``: ``host_mesh`` and ``gather_to_hosts``.
@@ -45,104 +56,59 @@ checks it, and that the list names every module of the package):
 
 from jaxmg_layout import (
     calculate_all_valid_T_A as calculate_all_valid_T_A,
-)
-from jaxmg_layout import (
     calculate_padding as calculate_padding,
-)
-from jaxmg_layout import (
     calculate_valid_T_A as calculate_valid_T_A,
-)
-from jaxmg_layout import (
     cyclic_1d_layout as cyclic_1d_layout,
-)
-from jaxmg_layout import (
     plot_layout as plot_layout,
-)
-from jaxmg_layout import (
     undo_cyclic_1d_layout as undo_cyclic_1d_layout,
 )
 
 from . import utils as utils
 from ._api import (
     cho_factor as cho_factor,
-)
-from ._api import (
     cho_solve as cho_solve,
-)
-from ._api import (
     lu_factor as lu_factor,
-)
-from ._api import (
     lu_solve as lu_solve,
-)
-from ._api import (
     potri as potri,
-)
-from ._api import (
     potri_symmetrize as potri_symmetrize,
-)
-from ._api import (
     potrs as potrs,
-)
-from ._api import (
     syevd as syevd,
 )
 from ._compat import (
     cyclic_1d as cyclic_1d,
-)
-from ._compat import (
     manual_cyclic_1d_layout as manual_cyclic_1d_layout,
-)
-from ._compat import (
     plot_block_to_cyclic as plot_block_to_cyclic,
-)
-from ._compat import (
     verify_cyclic as verify_cyclic,
 )
 from ._decompositions import (
-    gesvd as gesvd,
-)
-from ._decompositions import (
     lstsq as lstsq,
-)
-from ._decompositions import (
     polar as polar,
-)
-from ._decompositions import (
     qr as qr,
-)
-from ._decompositions import (
     svd as svd,
 )
 from ._derivatives import (
     CholeskyFactor as CholeskyFactor,
-)
-from ._derivatives import (
     LUFactor as LUFactor,
 )
 from ._in_shard_map import (
     potri_no_shardmap as potri_no_shardmap,
-)
-from ._in_shard_map import (
     potri_shardmap_ctx as potri_shardmap_ctx,
-)
-from ._in_shard_map import (
     potrs_no_shardmap as potrs_no_shardmap,
-)
-from ._in_shard_map import (
     potrs_shardmap_ctx as potrs_shardmap_ctx,
-)
-from ._in_shard_map import (
     syevd_no_shardmap as syevd_no_shardmap,
-)
-from ._in_shard_map import (
     syevd_shardmap_ctx as syevd_shardmap_ctx,
 )
 from ._multinode import (
     gather_to_hosts as gather_to_hosts,
-)
-from ._multinode import (
     host_mesh as host_mesh,
 )
-
-__version__ = "0.2.0"
+from ._v1 import (
+    device_supports_vmm as device_supports_vmm,
+    gesvd as gesvd,
+    gesvd_shardmap_ctx as gesvd_shardmap_ctx,
+    least_squares as least_squares,
+    least_squares_shardmap_ctx as least_squares_shardmap_ctx,
+    lu_solve_shardmap_ctx as lu_solve_shardmap_ctx,
+    polar_shardmap_ctx as polar_shardmap_ctx,
+    qr_shardmap_ctx as qr_shardmap_ctx,
+)

@@ -16,10 +16,9 @@ import functools
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
 
-from . import _checks, _geometry, _native
+from . import _checks, _geometry, _native, _v1_status
 from ._derivatives import (
     CholeskyFactor,
     LUFactor,
@@ -49,6 +48,10 @@ _POTRS_WAS = (
 )
 _POTRI_WAS = _POTRS_WAS
 _SYEVD_WAS = "return_eigenvectors (jaxmg 0.0.x), e.g. return_eigenvectors=False"
+
+
+#: The options every routine of one square matrix takes, passed on as keywords.
+_OPTIONS = ("cyclic_1d", "pad", "relayout", "backend")
 
 
 def _statics(T_A, n, cyclic_1d, relayout, geometry, fn):
@@ -178,6 +181,7 @@ def potrs(
     mesh=None,
     in_specs=None,
     *positional,
+    matrix_specs=None,
     return_status=False,
     return_logdet=False,
     cyclic_1d=False,
@@ -209,7 +213,12 @@ def potrs(
       in_specs: where ``A`` goes: a ``PartitionSpec``, or ``(spec_A, spec_b)`` as in the
         original README (``spec_b`` is checked against the mesh; ``b`` is replicated for the
         solve whatever it says). Given, it decides: ``A`` is resharded to it from wherever it
-        is (replicated, another axis, another form). Default: ``A``'s own sharding.
+        is (replicated, another axis, another form). Default: ``A``'s own sharding; where it
+        says nothing (``A`` replicated, or under ``jit`` on Auto axes, where it is not part of
+        ``A``'s type), jaxmg 1.x's: rows ``P(ax, None)`` on a one-axis mesh, ``P(r, c)`` on a
+        two-axis one (a grid axis of one device dropped: ``P(r, None)`` or ``P(None, c)``).
+      matrix_specs: jaxmg 1.x's name for ``in_specs`` (keyword); a call that uses it is 1.x's,
+        and its status comes in 1.x's form (docs/migration.md).
       return_status: also return the status (keyword-only, like everything after ``in_specs``).
       return_logdet: also return ``log det A`` (real), from the same Cholesky factor (jaxmg
         1.4.1's spelling); NaN when the factorisation fails.
@@ -261,6 +270,16 @@ def potrs(
     """
     fn = "jaxmg.potrs"
     _checks.keyword_only(fn, positional, _POTRS_WAS)
+    in_specs, v1 = _checks.matrix_specs(in_specs, matrix_specs, fn)
+    options = dict(cyclic_1d=cyclic_1d, pad=pad, relayout=relayout, backend=backend)
+    return _potrs(
+        A, b, T_A, mesh, in_specs, fn, v1, return_status, return_logdet, donate, **options
+    )
+
+
+def _potrs(A, b, T_A, mesh, in_specs, fn, v1, return_status, return_logdet, donate, **options):
+    """:func:`potrs` for the caller ``fn``, its status in 1.x's form when ``v1``."""
+    cyclic_1d, pad, relayout, backend = (options[k] for k in _OPTIONS)
     spec_a, spec_b = _checks.in_specs(in_specs, fn, ("A", "b"))
     statics, dtype = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "potrs", backend)
     geometry, n = statics["geometry"], statics["n"]
@@ -282,6 +301,11 @@ def potrs(
         _consume(b, b_placed)
     else:
         x, logdet, status = _potrs_call(*flags, a, b_placed)
+    if return_status and v1:
+        nrhs = 1 if len(b_shape) == 1 else b_shape[1]
+        status = _v1_status.vector(
+            "potrs", status, geometry, shape=(n, n), tile=call.T_A, nrhs=nrhs
+        )
     out = (x,)
     out += (logdet,) if return_logdet else ()
     out += (status,) if return_status else ()
@@ -342,6 +366,7 @@ def syevd(
     mesh=None,
     in_specs=None,
     *positional,
+    matrix_specs=None,
     return_eigenvectors=True,
     return_status=False,
     cyclic_1d=False,
@@ -356,7 +381,8 @@ def syevd(
       A: ``[N, N]`` float32, float64, complex64 or complex128, sharded over one mesh axis by
         columns ``P(None, ax)`` or by rows ``P(ax, None)``; only one triangle is read (lower for
         column sharding, upper for row sharding).
-      T_A, mesh, in_specs, cyclic_1d, pad, relayout, backend, donate: as for :func:`potrs`. On GPUs
+      T_A, mesh, in_specs, matrix_specs, cyclic_1d, pad, relayout, backend, donate: as for
+        :func:`potrs`. On GPUs
         cuSolverMg's syevd accepts tiles up to 1024 columns: a wider ``T_A`` is lowered to 1024
         with a ``UserWarning`` (``T_A=None`` chooses at most 1024 there); not on one device
         with the default ``backend``, where JAX's eigensolver takes ``A`` whole.
@@ -379,6 +405,16 @@ def syevd(
     """
     fn = "jaxmg.syevd"
     _checks.keyword_only(fn, positional, _SYEVD_WAS)
+    in_specs, v1 = _checks.matrix_specs(in_specs, matrix_specs, fn)
+    options = dict(cyclic_1d=cyclic_1d, pad=pad, relayout=relayout, backend=backend)
+    return _syevd(
+        A, T_A, mesh, in_specs, fn, v1, return_eigenvectors, return_status, donate, **options
+    )
+
+
+def _syevd(A, T_A, mesh, in_specs, fn, v1, return_eigenvectors, return_status, donate, **options):
+    """:func:`syevd` for the caller ``fn``, its status in 1.x's form when ``v1``."""
+    cyclic_1d, pad, relayout, backend = (options[k] for k in _OPTIONS)
     (spec_a,) = _checks.in_specs(in_specs, fn, ("A",))
     statics, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "syevd", backend)
     geometry = statics["geometry"]
@@ -395,6 +431,9 @@ def syevd(
         )
     if donating:
         _consume(A, a)
+    if return_status and v1:
+        shape = (call.n, call.n)
+        status = _v1_status.vector("syevd", status, geometry, shape=shape, tile=call.T_A)
     out = (w, v) if vectors else (w,)
     out += (status,) if return_status else ()
     return out if len(out) > 1 else out[0]
@@ -544,6 +583,7 @@ def lu_solve(
     mesh=None,
     in_specs=None,
     *positional,
+    matrix_specs=None,
     trans=0,
     return_status=False,
     cyclic_1d=False,
@@ -569,7 +609,8 @@ def lu_solve(
         ``all_to_all`` of the factor and two more blocks of its size, transiently, per solve.
       return_status: also return the status: 0, or ``k > 0`` when ``U[k-1, k-1]`` is exactly
         zero (``x`` is then NaN).
-      T_A, mesh, in_specs, cyclic_1d, pad, relayout, backend: as for :func:`jaxmg.potrs`.
+      T_A, mesh, in_specs, matrix_specs, cyclic_1d, pad, relayout, backend: as for
+        :func:`jaxmg.potrs`.
       donate: with a matrix ``A``, give it up (eager calls): it is factored in its own buffer
         and deleted (not for an :class:`LUFactor`, which is factored already).
 
@@ -579,6 +620,13 @@ def lu_solve(
     """
     fn = "jaxmg.lu_solve"
     _checks.keyword_only(fn, positional, "trans or return_status, e.g. return_status=True")
+    in_specs, v1 = _checks.matrix_specs(in_specs, matrix_specs, fn)
+    options = dict(cyclic_1d=cyclic_1d, pad=pad, relayout=relayout, backend=backend)
+    return _lu_solve(A, b, T_A, mesh, in_specs, fn, v1, trans, return_status, donate, **options)
+
+
+def _lu_solve(A, b, T_A, mesh, in_specs, fn, v1, trans, return_status, donate, **options):
+    """:func:`lu_solve` for the caller ``fn``, its status in 1.x's form when ``v1``."""
     if trans not in _TRANS:
         raise ValueError(f"{fn}: trans must be 0, 1, 2, 'N', 'T' or 'C', got {trans!r}.")
     if isinstance(A, LUFactor):
@@ -590,18 +638,17 @@ def lu_solve(
         factor = A
     else:
         spec_a = _checks.in_specs(in_specs, fn, ("A", "b"))[0]
-        factor = lu_factor(
-            A,
-            T_A,
-            mesh,
-            spec_a,
-            cyclic_1d=cyclic_1d,
-            pad=pad,
-            relayout=relayout,
-            backend=backend,
-            donate=donate,
-        )
+        factor = lu_factor(A, T_A, mesh, spec_a, donate=donate, **options)
     shape = _solve_shape(factor, b, fn)
     call = factor._call
     x = _lu_solve_call(call, _TRANS[trans], shape, factor.factor, factor.pivots, factor.matrix, b)
-    return (x, factor.status) if return_status else x
+    if not return_status:
+        return x
+    status = factor.status
+    if v1:
+        nrhs = 1 if len(shape) == 1 else shape[1]
+        dims = (call.n, call.n)
+        status = _v1_status.vector(
+            "lu_solve", status, call.geometry, shape=dims, tile=call.T_A, nrhs=nrhs
+        )
+    return x, status

@@ -209,6 +209,27 @@ def in_specs(value, fn: str, arrays: tuple[str, ...]) -> tuple:
     return tuple(specs) + (None,) * (len(arrays) - len(specs))
 
 
+def matrix_specs(in_specs, matrix_specs, fn: str):
+    """``(specs, v1)``: jaxmg 1.x's ``matrix_specs=`` is ``in_specs`` under its 1.x name (the
+    same positional slot, the spec of ``A``); ``v1`` says the call used it, and so is 1.x's
+    (its status then comes in 1.x's form, :mod:`jaxmg._v1_status`)."""
+    if matrix_specs is None:
+        return in_specs, False
+    if in_specs is not None:
+        raise ValueError(
+            f"{fn}: pass the sharding of A once, as in_specs= (or positionally) or as "
+            "matrix_specs= (jaxmg 1.x's name), not both."
+        )
+    return matrix_specs, True
+
+
+def flag(value, name: str, fn: str) -> bool:
+    """A boolean option, checked: ``True`` or ``False`` (numpy's bools too)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{fn}: {name} must be True or False, got {value!r}.")
+    return bool(value)
+
+
 def keyword_only(fn: str, extra: tuple, was: str) -> None:
     """Positional arguments past ``in_specs`` are refused: older jaxmg releases put other
     arguments there, so taking them would silently change a call's meaning."""

@@ -52,7 +52,7 @@ from jax.sharding import PartitionSpec as P
 
 import jaxmg_cuda.mp
 
-from . import _api, _checks, _geometry, _native, _products
+from . import _api, _checks, _geometry, _native, _products, _v1_status
 from ._local import _explicit, _placed
 
 _HIGHEST = jax.lax.Precision.HIGHEST
@@ -209,22 +209,22 @@ def _qr_tangents(q, r, da_rinv):
     return _mm(q, omega - c) + da_rinv, _mm(c - omega, r)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _qr_native(geometry, a):
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _qr_native(geometry, T_A, a):
     """``(Q, R, status)`` of any ``[M, N]`` ``a`` by p?geqrf and p?orgqr (p?ungqr)."""
-    q, r, status = _mp_call(geometry, jaxmg_cuda.mp.qr, _mp_tile(geometry, None, a.shape), a)
+    q, r, status = _mp_call(geometry, jaxmg_cuda.mp.qr, _mp_tile(geometry, T_A, a.shape), a)
     q, r = _positive_diagonal(q, r)
     q = _placed(q, geometry.mesh, _like_a(geometry, q.shape))
     return q, _placed(r, geometry.mesh, _like_a(geometry, r.shape)), status
 
 
 @_qr_native.defjvp
-def _qr_native_jvp(geometry, primals, tangents):
+def _qr_native_jvp(geometry, T_A, primals, tangents):
     """:func:`_qr_jvp`'s rule on the first ``K`` columns, ``A_1 = Q R_1`` (``R_1`` replicated
     and small: ``dA_1 R_1^{-1}`` by a triangular solve); for ``M < N`` the rest of ``R``,
     ``R_2 = Q^H A_2``, by the product rule."""
     (a,), (da,) = primals, tangents
-    q, r, status = _qr_native(geometry, a)
+    q, r, status = _qr_native(geometry, T_A, a)
     m, n = a.shape
     k = min(m, n)
 
@@ -624,8 +624,8 @@ def _lstsq_call(geometry, T_A, a, b, rcond):
     return x, resid, rank, s, status
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1))
-def _qr_call(geometry, mode, a):
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _qr_call(geometry, mode, T_A, a):
     m, n = a.shape
     if geometry.backend == "jax":
         a = _whole(a, geometry)
@@ -634,7 +634,7 @@ def _qr_call(geometry, mode, a):
         r = _placed(r, geometry.mesh, _like_a(geometry, r.shape))
         return (None if mode == "r" else q), r, _finite_status(r)
     if _native_mp(geometry):
-        q, r, status = _qr_native(geometry, a)
+        q, r, status = _qr_native(geometry, T_A, a)
     elif m >= n:
         q, r, status = _qr(geometry, a)
     else:  # the first M columns' QR, and Q^H times the others
@@ -696,53 +696,116 @@ def svd(
     """
     fn = "jaxmg.svd"
     _checks.keyword_only(fn, positional, "return_status or backend, e.g. return_status=True")
-    geometry, _ = _where(A, mesh, in_specs, backend, fn)
-    if full_matrices and geometry.form == "grid":
-        raise ValueError(
-            f"{fn}: full_matrices=True runs through the Jordan-Wielandt composition, which "
-            "takes A sharded by rows P(ax, None) or by columns P(None, ax), not P(r, c); "
-            "p?gesvd runs with full_matrices=False."
-        )
     T_A = _checks.tile_size(T_A, fn)
-    a = _placed(A, geometry.mesh, geometry.spec)
-    u, s, vh, status = _svd_call(geometry, T_A, bool(full_matrices), bool(compute_uv), a)
+    u, s, vh, status, _ = _svd_of(
+        A, bool(full_matrices), bool(compute_uv), T_A, mesh, in_specs, backend, fn
+    )
     out = (u, s, vh) if compute_uv else (s,)
     out += (status,) if return_status else ()
     return out if len(out) > 1 else out[0]
 
 
-gesvd = svd
+def _svd_of(A, full, compute_uv, T_A, mesh, in_specs, backend, fn):
+    """:func:`svd`'s checks and call: ``(U, s, Vh, status, geometry)``."""
+    geometry, _ = _where(A, mesh, in_specs, backend, fn)
+    if full and geometry.form == "grid":
+        raise ValueError(
+            f"{fn}: full_matrices=True runs through the Jordan-Wielandt composition, which "
+            "takes A sharded by rows P(ax, None) or by columns P(None, ax), not P(r, c); "
+            "p?gesvd runs with full_matrices=False."
+        )
+    a = _placed(A, geometry.mesh, geometry.spec)
+    return (*_svd_call(geometry, T_A, full, compute_uv, a), geometry)
+
+
+def _polar_of(A, T_A, mesh, in_specs, side, backend, fn):
+    """:func:`polar`'s call: ``(U, P, status, geometry)``."""
+    geometry, _ = _where(A, mesh, in_specs, backend, fn)
+    a = _placed(A, geometry.mesh, geometry.spec)
+    return (*_polar_call(geometry, T_A, side, a), geometry)
+
+
+def _qr_of(A, T_A, mesh, in_specs, mode, backend, fn):
+    """:func:`qr`'s checks and call: ``(Q or None, R, status, geometry)``."""
+    if mode not in ("reduced", "r"):
+        raise ValueError(f"{fn}: mode must be 'reduced' or 'r', got {mode!r}.")
+    geometry, _ = _where(A, mesh, in_specs, backend, fn)
+    k = min(A.shape)
+    if geometry.backend != "jax" and not _native_mp(geometry) and k % geometry.ndev:
+        raise ValueError(
+            f"{fn}: min(M, N) = {k} must be divisible by the {geometry.ndev} devices of axis "
+            f"{geometry.axis!r} (the Gram matrix of the first {k} columns is factored by "
+            "jaxmg.cho_factor over them)."
+        )
+    a = _placed(A, geometry.mesh, geometry.spec)
+    return (*_qr_call(geometry, mode, T_A, a), geometry)
+
+
+def _v1_options(fn, T_A, pad, donate, in_specs, matrix_specs):
+    """The options jaxmg 1.x's form adds, checked: ``(T_A, in_specs, v1)`` (``v1``: the call
+    named ``matrix_specs=``). ``pad`` has no effect on the compositions (they pad no tiles);
+    ``donate`` is checked here and acted on by :func:`_give_up`."""
+    if isinstance(T_A, str):
+        raise TypeError(
+            f"{fn}: T_A (the second positional argument, as in jaxmg 1.x) is a tile size, got "
+            f"{T_A!r}; pass numpy-style options by name, e.g. mode='r' or side='left'."
+        )
+    _checks.flag(pad, "pad", fn)
+    _checks.flag(donate, "donate", fn)
+    in_specs, v1 = _checks.matrix_specs(in_specs, matrix_specs, fn)
+    return _checks.tile_size(T_A, fn), in_specs, v1
+
+
+def _give_up(donate, *arrays):
+    """``donate=True`` (eager calls of concrete arrays): the arrays are deleted once the call
+    has been dispatched, as jaxmg 1.x's donation leaves them. The compositions do not work in
+    their buffers, so this frees them earlier and no more."""
+    if donate and not any(_geometry.is_tracer(x) for x in arrays):
+        for x in arrays:
+            if isinstance(x, jax.Array) and not x.is_deleted():
+                x.delete()
 
 
 def polar(
     A,
-    side="right",
     T_A=None,
     mesh=None,
     in_specs=None,
     *positional,
+    side="right",
+    compute_h=True,
+    matrix_specs=None,
     return_status=False,
+    pad=True,
+    donate=False,
     backend=None,
 ):
     """The polar decomposition of a sharded ``[M, N]`` matrix, as ``scipy.linalg.polar``.
 
     ``side="right"``: ``A = U P`` with ``P`` ``[N, N]``; ``"left"``: ``A = P U`` with ``P``
     ``[M, M]``; ``U`` is ``[M, N]`` with orthonormal columns (``M >= N``) or rows. ``P`` is
-    Hermitian positive semidefinite. Arguments as for :func:`svd`. Returns ``(U, P)`` (and the
-    status), sharded as ``A`` where the device count divides the sharded dimension.
+    Hermitian positive semidefinite. ``T_A``, ``mesh``, ``in_specs``, ``return_status`` and
+    ``backend`` as for :func:`svd` (the options after ``in_specs`` are keyword-only);
+    ``compute_h=False`` returns ``U`` alone; ``matrix_specs``, ``pad`` and ``donate`` are jaxmg
+    1.x's (:func:`jaxmg.gesvd`). Returns ``(U, P)`` or ``U`` (and the status), sharded as ``A``
+    where the device count divides the sharded dimension.
 
     From the SVD: ``U = U_s Vh``, ``P = V diag(s) Vh`` (right). Derivatives through the SVD's:
     distinct singular values.
     """
     fn = "jaxmg.polar"
-    _checks.keyword_only(fn, positional, "return_status or backend, e.g. return_status=True")
+    _checks.keyword_only(fn, positional, "side or return_status, e.g. side='left'")
+    T_A, in_specs, v1 = _v1_options(fn, T_A, pad, donate, in_specs, matrix_specs)
     if side not in ("right", "left"):
         raise ValueError(f"{fn}: side must be 'right' or 'left', got {side!r}.")
-    geometry, _ = _where(A, mesh, in_specs, backend, fn)
-    T_A = _checks.tile_size(T_A, fn)
-    a = _placed(A, geometry.mesh, geometry.spec)
-    u, p, status = _polar_call(geometry, T_A, side, a)
-    return (u, p, status) if return_status else (u, p)
+    compute_h = _checks.flag(compute_h, "compute_h", fn)
+    u, p, status, geometry = _polar_of(A, T_A, mesh, in_specs, side, backend, fn)
+    _give_up(donate, A)
+    if return_status and v1:
+        status = _v1_status.vector("polar", status, geometry, shape=A.shape, tile=T_A or 0)
+    out = (u, p) if compute_h else (u,)
+    out += (status,) if return_status else ()
+    return out if len(out) > 1 else out[0]
 
 
 def lstsq(
@@ -783,6 +846,13 @@ def lstsq(
     T_A = _checks.tile_size(T_A, fn)
     if rcond is None:
         rcond = float(np.finfo(dtype).eps) * max(m, n)
+    elif not _geometry.is_tracer(rcond) and not float(rcond) < 1:
+        raise ValueError(
+            f"{fn}: rcond={rcond!r} counts every singular value as zero (it is relative to the "
+            "largest, so x would be 0); pass rcond < 1, or None. For jaxmg 1.x's "
+            "least_squares(A, b, T_A), whose third argument is a tile size, call "
+            "jaxmg.least_squares."
+        )
     a = _placed(A, geometry.mesh, geometry.spec)
     b2 = _placed(jnp.reshape(b, (m, -1)), geometry.mesh, P(None, None))
     rcond = jnp.asarray(rcond, np.finfo(dtype).dtype)
@@ -805,20 +875,35 @@ def _lstsq_rhs(b, m, dtype, fn):
     return b_shape
 
 
-def qr(A, mode="reduced", mesh=None, in_specs=None, *positional, return_status=False, backend=None):
+def qr(
+    A,
+    T_A=None,
+    mesh=None,
+    in_specs=None,
+    *positional,
+    mode="reduced",
+    matrix_specs=None,
+    return_status=False,
+    pad=True,
+    donate=False,
+    backend=None,
+):
     """The QR decomposition ``A = Q R`` of a sharded ``[M, N]`` matrix.
 
     Args:
       A: as for :func:`svd`; ``K = min(M, N)`` divisible by the device count, and the first
         ``K`` columns of full rank (``cond`` below about ``1 / ε`` of the dtype). With backend
         ``"mp"`` on CPUs (ScaLAPACK's Householder QR) neither: any ``K``, any rank.
-      mode: ``"reduced"`` (default): ``Q`` ``[M, K]`` with orthonormal columns, ``R`` ``[K,
-        N]`` upper triangular (trapezoidal for ``M < N``); ``"r"``: ``R`` alone.
+      T_A: with backend ``"mp"`` on CPUs the engine's square tile (default: 64, or the smaller
+        side of a block); elsewhere checked and unused (the compositions choose their tiles).
+      mode (keyword): ``"reduced"`` (default): ``Q`` ``[M, K]`` with orthonormal columns, ``R``
+        ``[K, N]`` upper triangular (trapezoidal for ``M < N``); ``"r"``: ``R`` alone.
       mesh, in_specs, backend, return_status: as for :func:`svd`; the status is the Cholesky
         factorisation's ``k > 0`` when the first ``k`` columns are numerically dependent
         (``Q`` and ``R`` are then NaN). With backend ``"mp"`` on CPUs always 0: dependent
         columns give a valid ``Q R = A`` with orthonormal ``Q`` and a zero (or rounding-level)
         diagonal entry of ``R``.
+      matrix_specs, pad, donate: jaxmg 1.x's, as for :func:`jaxmg.gesvd`.
 
     Returns:
       ``(Q, R)`` or ``R``, and the status with ``return_status``. ``R``'s diagonal is real and
@@ -830,19 +915,12 @@ def qr(A, mode="reduced", mesh=None, in_specs=None, *positional, return_status=F
     which needs ``R``'s first ``K`` columns invertible.
     """
     fn = "jaxmg.qr"
-    _checks.keyword_only(fn, positional, "return_status or backend, e.g. return_status=True")
-    if mode not in ("reduced", "r"):
-        raise ValueError(f"{fn}: mode must be 'reduced' or 'r', got {mode!r}.")
-    geometry, _ = _where(A, mesh, in_specs, backend, fn)
-    k = min(A.shape)
-    if geometry.backend != "jax" and not _native_mp(geometry) and k % geometry.ndev:
-        raise ValueError(
-            f"{fn}: min(M, N) = {k} must be divisible by the {geometry.ndev} devices of axis "
-            f"{geometry.axis!r} (the Gram matrix of the first {k} columns is factored by "
-            "jaxmg.cho_factor over them)."
-        )
-    a = _placed(A, geometry.mesh, geometry.spec)
-    q, r, status = _qr_call(geometry, mode, a)
+    _checks.keyword_only(fn, positional, "mode or return_status, e.g. mode='r'")
+    T_A, in_specs, v1 = _v1_options(fn, T_A, pad, donate, in_specs, matrix_specs)
+    q, r, status, geometry = _qr_of(A, T_A, mesh, in_specs, mode, backend, fn)
+    _give_up(donate, A)
+    if return_status and v1:
+        status = _v1_status.vector("qr", status, geometry, shape=A.shape, tile=T_A or 0)
     out = (r,) if mode == "r" else (q, r)
     out += (status,) if return_status else ()
     return out if len(out) > 1 else out[0]

@@ -7,6 +7,7 @@ The demo is a program, not the library: it may configure JAX for its own process
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import time
 
 
@@ -36,8 +37,7 @@ def main(argv=None) -> int:
     jax.config.update("jax_num_cpu_devices", args.cpu_devices)
     jax.config.update("jax_enable_x64", True)
     import numpy as np
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
+    from jax.sharding import NamedSharding, PartitionSpec as P
 
     import jaxmg
 
@@ -66,7 +66,7 @@ def main(argv=None) -> int:
         np.linalg.norm(a_host, 1) * np.linalg.norm(x_host) * n * eps
     )
     backend = "cuSolverMg" if devices[0].platform == "gpu" else "LAPACK CPU twin"
-    print(f"jaxmg {jaxmg.__version__} potrs demo")
+    print(f"jaxmg {importlib.metadata.version('jaxmg')} potrs demo")
     tile = "automatic" if args.tile is None else args.tile
     print(f"  N = {n}, T_A = {tile}, dtype = {dtype.name}")
     print(f"  devices: {len(devices)} x {devices[0].device_kind} ({backend})")

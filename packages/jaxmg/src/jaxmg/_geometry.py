@@ -15,8 +15,7 @@ from typing import Literal
 import jax
 import jax.extend.core
 import numpy as np
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from . import _processes
 
@@ -142,6 +141,47 @@ def _axis_and_form(spec, where: str) -> tuple[str, Form, str | None]:
     raise ValueError(f"{where} is {spec!r}; jaxmg accepts {_ACCEPTED}.")
 
 
+def _inferred_spec(mesh, carried, argname: str) -> P:
+    """jaxmg 1.x's sharding of a matrix whose own says nothing (replicated, or under ``jit`` on
+    Auto axes, where it is not part of the type): rows ``P(ax, None)`` over a one-axis mesh,
+    ``P(r, c)`` over a two-axis one (then :func:`_squeezed`)."""
+    names = tuple(mesh.axis_names)
+    if len(names) == 1:
+        return P(names[0], None)
+    if len(names) == 2:
+        return P(*names)
+    if carried is None:
+        found = "it is not a sharded jax.Array"
+    elif isinstance(carried.mesh, jax.sharding.AbstractMesh) and any(
+        t == jax.sharding.AxisType.Auto for t in carried.mesh.axis_types
+    ):
+        found = (
+            "inside jit its sharding over the mesh's Auto axes is not visible (only "
+            "Explicit axes are part of an array's type)"
+        )
+    else:
+        found = "it is replicated"
+    raise ValueError(
+        f"cannot find how to shard {argname}: {found}, and its mesh has {len(names)} axes "
+        f"{names} (one axis means rows, two a process grid). Pass in_specs= (and mesh=, unless "
+        f"jax.set_mesh is in effect), with {_ACCEPTED}."
+    )
+
+
+def _squeezed(spec, mesh) -> P:
+    """``P(r, c)`` over a grid with one process row (column) is ``P(None, c)`` (``P(r, None)``):
+    the 1D form, which every engine takes (a ``process_grid=(n, 1)`` mesh of one process)."""
+    rows, cols = _normalise(spec)
+    if not (isinstance(rows, str) and isinstance(cols, str) and rows != cols):
+        return spec
+    sizes = dict(mesh.shape)
+    if sizes.get(cols) == 1:
+        return P(rows, None)
+    if sizes.get(rows) == 1:
+        return P(None, cols)
+    return spec
+
+
 def is_tracer(x) -> bool:
     """Whether ``x`` is a value being traced (under ``jit``, ``vmap``, ...), not a concrete one."""
     return isinstance(x, jax.core.Tracer)
@@ -223,6 +263,8 @@ def _solver_mesh(mesh, carried, in_spec, argname: str):
     for known in (getattr(carried, "mesh", None), _outside_jit_mesh()):
         if isinstance(known, jax.sharding.Mesh) and known.abstract_mesh == mesh:
             return known
+    if len(mesh.axis_names) > 1 and mesh.size == jax.device_count():
+        return _in_device_order(mesh)
     if mesh != jax.sharding.get_abstract_mesh() and getattr(carried, "mesh", None) != mesh:
         raise ValueError(
             f"mesh={mesh} is abstract and no concrete mesh with its devices is known here: "
@@ -230,6 +272,17 @@ def _solver_mesh(mesh, carried, in_spec, argname: str):
             "jax.sharding.Mesh, or call under jax.set_mesh(mesh)."
         )
     return mesh
+
+
+def _in_device_order(mesh: jax.sharding.AbstractMesh) -> jax.sharding.Mesh:
+    """The concrete mesh of an abstract one of several axes over every device, laid out in
+    ``jax.devices()`` order (as ``jax.make_mesh`` lays out CPUs, and NetKet's ``process_grid``
+    meshes are). Under ``jit`` (jax 0.10), ``shard_map`` over an abstract mesh that is not the
+    one ``jax.set_mesh`` made concrete fails ("unbound axis name"): NetKet's grid mesh, entered
+    with ``use_abstract_mesh`` inside its ``set_mesh``. Arrays on the same devices in another
+    order are moved by XLA, or refused by it; never misread."""
+    devices = np.asarray(jax.devices(), dtype=object).reshape(tuple(mesh.axis_sizes))
+    return jax.sharding.Mesh(devices, mesh.axis_names, axis_types=mesh.axis_types)
 
 
 def _platform(mesh) -> str:
@@ -372,25 +425,12 @@ def resolve(
     carried = _carried_sharding(a)
     mesh = _solver_mesh(mesh, carried, in_spec, argname)
     if in_spec is not None:
-        axis, form, row_axis = _axis_and_form(in_spec, "in_specs[0]")
+        spec, where = in_spec, "in_specs[0]"
     elif carried is not None and any(entry is not None for entry in carried.spec):
-        axis, form, row_axis = _axis_and_form(carried.spec, f"the sharding of {argname}")
+        spec, where = carried.spec, f"the sharding of {argname}"
     else:
-        if carried is None:
-            found = "it is not a sharded jax.Array"
-        elif isinstance(carried.mesh, jax.sharding.AbstractMesh) and any(
-            t == jax.sharding.AxisType.Auto for t in carried.mesh.axis_types
-        ):
-            found = (
-                "inside jit its sharding over the mesh's Auto axes is not visible (only "
-                "Explicit axes are part of an array's type)"
-            )
-        else:
-            found = "it is replicated"
-        raise ValueError(
-            f"cannot find how to shard {argname}: {found}. Pass in_specs= (and mesh=, unless "
-            f"jax.set_mesh is in effect), with {_ACCEPTED}."
-        )
+        spec, where = _inferred_spec(mesh, carried, argname), "the inferred sharding"
+    axis, form, row_axis = _axis_and_form(_squeezed(spec, mesh), where)
     for name in (axis, row_axis) if form == "grid" else (axis,):
         if name not in mesh.axis_names:
             raise ValueError(f"mesh axis {name!r} is not in the mesh axes {mesh.axis_names}.")
@@ -482,6 +522,12 @@ def _mp_processes(mesh, axes: tuple[str, ...], platform: str, fn: str) -> int:
             "jax.distributed with one local device)."
         )
     return ndev
+
+
+def in_shard_map() -> bool:
+    """Whether the caller runs inside a ``jax.shard_map`` (on local blocks)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    return not mesh.empty and bool(mesh.manual_axes)
 
 
 def _enclosing_shard_map():

@@ -9,7 +9,7 @@ routine (:mod:`jaxmg._local`) right there, in the caller's ``shard_map``: no pro
 
 from __future__ import annotations
 
-from . import _checks, _geometry, _native
+from . import _checks, _geometry, _native, _v1
 from ._api import _layout, _statics
 from ._local import (
     _hermitian_blocks_from_lower,
@@ -203,15 +203,28 @@ def syevd_no_shardmap(
 # --- jaxmg 0.0.x's names for the functions inside shard_map ---------------------------------------
 
 
-def potrs_shardmap_ctx(
-    a, b, T_A=None, pad=True, *, axis_name=None, relayout="native", backend=None
-):
-    """jaxmg 0.0.x's :func:`potrs_no_shardmap`: ``a`` is this device's block of rows
-    ``[N/ndev, N]`` (``P(ax, None)``), inside the caller's ``jax.shard_map``.
+def potrs_shardmap_ctx(a, b, T_A=None, *args, **kwargs):
+    """Two functions of one name, told apart by where they are called:
 
-    Returns ``(x, status)`` as :func:`potrs_no_shardmap` does. ``axis_name`` (not in 0.0.x):
-    default the one axis of the enclosing ``shard_map`` whose size fits the block.
+    - inside a ``jax.shard_map`` (jaxmg 0.0.x): ``potrs_shardmap_ctx(a, b, T_A=None, pad=True,
+      *, axis_name=None, relayout="native", backend=None)``, :func:`potrs_no_shardmap` on
+      ``a``, this device's block of rows ``[N/ndev, N]`` (``P(ax, None)``); returns ``(x,
+      status)``. ``axis_name`` (not in 0.0.x): default the one axis of the enclosing
+      ``shard_map`` whose size fits the block.
+    - on global arrays (jaxmg 1.x, as NetKet 3.23 calls it): ``potrs_shardmap_ctx(a, b,
+      T_A=None, mesh=None, matrix_specs=None, *, in_specs=None, return_logdet=False, pad=True,
+      backend=None)``, :func:`jaxmg.potrs` keeping ``a`` and ``b``; returns ``(a_work, x,
+      status)`` or ``(a_work, x, logdet, status)``, ``a_work`` being ``a`` and the status
+      1.x's vector (module :mod:`jaxmg._v1`).
+
+    Neither form runs where the other belongs, so no call that works changes meaning.
     """
+    if not _geometry.in_shard_map():
+        return _v1.potrs_global(a, b, T_A, *args, **kwargs)
+    return _potrs_rows(a, b, T_A, *args, **kwargs)
+
+
+def _potrs_rows(a, b, T_A=None, pad=True, *, axis_name=None, relayout="native", backend=None):
     fn = "jaxmg.potrs_shardmap_ctx"
     statics = _local_statics(a, T_A, False, axis_name, "rows", relayout, pad, "potrs", fn, backend)
     return _potrs_blocks(a, b, statics)
@@ -227,7 +240,26 @@ def potri_shardmap_ctx(a, T_A=None, pad=True, *, axis_name=None, relayout="nativ
     return _potri_local(a, **statics)
 
 
-def syevd_shardmap_ctx(
+def syevd_shardmap_ctx(a, T_A=None, *args, **kwargs):
+    """Two functions of one name, told apart by where they are called:
+
+    - inside a ``jax.shard_map`` (jaxmg 0.0.x): ``syevd_shardmap_ctx(a, T_A=None,
+      return_eigenvectors=True, pad=True, *, axis_name=None, relayout="native",
+      backend=None)``, :func:`syevd_no_shardmap` on a block of rows ``[N/ndev, N]``; returns
+      ``(w, v_columns, status)``, or ``(w, status)`` without eigenvectors. As in 0.0.x,
+      ``v_columns`` is this device's block of columns of ``V``, ``[N, N/ndev]`` (``V[:, blk]``,
+      for ``out_specs=P(None, ax)``), which here costs no communication.
+    - on global arrays (jaxmg 1.x, as NetKet 3.23 calls it): ``syevd_shardmap_ctx(a, T_A=None,
+      mesh=None, matrix_specs=None, *, in_specs=None, return_eigenvectors=True, pad=True,
+      backend=None)``, :func:`jaxmg.syevd` keeping ``a``; returns ``(a_work, w, V, status)``
+      or ``(a_work, w, status)``, ``a_work`` being ``a`` and the status 1.x's vector.
+    """
+    if not _geometry.in_shard_map():
+        return _v1.syevd_global(a, T_A, *args, **kwargs)
+    return _syevd_rows(a, T_A, *args, **kwargs)
+
+
+def _syevd_rows(
     a,
     T_A=None,
     return_eigenvectors=True,
@@ -237,12 +269,6 @@ def syevd_shardmap_ctx(
     relayout="native",
     backend=None,
 ):
-    """jaxmg 0.0.x's :func:`syevd_no_shardmap` on a block of rows ``[N/ndev, N]``.
-
-    Returns ``(w, v_columns, status)``, or ``(w, status)`` without eigenvectors. As in 0.0.x,
-    ``v_columns`` is this device's block of columns of ``V``, ``[N, N/ndev]`` (``V[:, blk]``,
-    for ``out_specs=P(None, ax)``), which here costs no communication.
-    """
     fn = "jaxmg.syevd_shardmap_ctx"
     statics = _local_statics(a, T_A, False, axis_name, "rows", relayout, pad, "syevd", fn, backend)
     return _syevd_local(a, vectors=bool(return_eigenvectors), v_columns=True, **statics)

@@ -7,9 +7,10 @@
   (tests/conftest.py), in two processes; the 3- and 8-device runs leave out the derivative
   and drop-in tests (``NARROW``).
 - ``compat``: the CPU suite on 4 devices on the newest jax, with Python 3.12, in double
-  precision, without the native and benchmark tests.
+  precision, without the native and benchmark tests; and NetKet 3.23's client tests there.
 - ``clients``: install the three packages and NetKet 3.22.4, then run ``tests/clients`` (NetKet's
-  jaxmg solvers against its dense ones) once per simulated device count (1, 2, 4).
+  jaxmg solvers against its dense ones) once per simulated device count (1, 2, 4); then the same
+  with NetKet 3.23.0 (which calls jaxmg 1.x's API).
 - ``lint``: ruff.
 - ``demo``: install and run ``python -m jaxmg demo``.
 - ``tsan``: the rendezvous and CPU twin under ThreadSanitizer.
@@ -153,8 +154,10 @@ def tests(session):
     run_pytest(session, runs)
 
 
-# The client libraries tests/clients runs, pinned to the releases those tests were written for.
-CLIENTS = ("netket==3.22.4",)
+# The client libraries tests/clients runs, pinned to the releases those tests were written for:
+# NetKet 3.22 calls jaxmg 0.0.x's API, NetKet 3.23 jaxmg 1.x's (tests/clients/conftest.py
+# collects the installed release's file).
+CLIENTS = ("netket==3.22.4", "netket==3.23.0")
 CLIENT_DEVICE_COUNTS = (1, 2, 4)
 
 
@@ -164,24 +167,32 @@ def _installed(session, dist):
     return session.run("python", "-c", code, silent=True).strip()
 
 
-@nox.session
-def clients(session):
-    """Client libraries calling jaxmg unchanged (tests/clients), per simulated device count.
+def client_runs(client, counts):
+    """The pytest runs of tests/clients for ``client`` (a pin), one per simulated device count.
 
     NetKet reads its device count from NETKET_EXPERIMENTAL_SHARDING_CPU when it is imported.
     """
+    runs = []
+    for count in sorted(counts, reverse=True):
+        env = {"PYTHONHASHSEED": "0", "NETKET_EXPERIMENTAL_SHARDING_CPU": str(count)}
+        args = ["tests/clients", f"--num-cpu-devices={count}", "-q", "-p", "no:cacheprovider"]
+        runs.append((f"{client}, {count} simulated CPU device(s)", args, env))
+    return runs
+
+
+@nox.session
+def clients(session):
+    """Client libraries calling jaxmg unchanged (tests/clients), per simulated device count:
+    each NetKet release of CLIENTS in turn, in one environment."""
     install_jaxmg(session, "test")
     # The clients go on the jax that install_jaxmg chose: pinned here, pip fails rather than
     # move it.
     jax_pins = [f"{dist}=={_installed(session, dist)}" for dist in ("jax", "jaxlib")]
-    session.install(*CLIENTS, *jax_pins)
-    session.log(f"clients on {', '.join(jax_pins)}")
-    runs = []
-    for count in sorted([int(n) for n in session.posargs] or CLIENT_DEVICE_COUNTS, reverse=True):
-        env = {"PYTHONHASHSEED": "0", "NETKET_EXPERIMENTAL_SHARDING_CPU": str(count)}
-        args = ["tests/clients", f"--num-cpu-devices={count}", "-q", "-p", "no:cacheprovider"]
-        runs.append((f"clients, {count} simulated CPU device(s)", args, env))
-    run_pytest(session, runs)
+    counts = [int(n) for n in session.posargs] or CLIENT_DEVICE_COUNTS
+    for client in CLIENTS:
+        session.install(client, *jax_pins)
+        session.log(f"{client} on {', '.join(jax_pins)}")
+        run_pytest(session, client_runs(client, counts))
 
 
 # jax >= 0.11 needs Python >= 3.12, so CI's Python 3.11 stops at jax 0.10; this session runs
@@ -211,9 +222,13 @@ def compat(session):
     benchmarks' own tests."""
     session.install(f"jax=={NEWEST_JAX}", f"jaxlib=={NEWEST_JAX}")
     install_jaxmg(session, "test", "plot")
+    # NetKet 3.23, the one NetKet that runs on jax >= 0.11, on the newest jax too.
+    client = CLIENTS[-1]
+    session.install(client, f"jax=={NEWEST_JAX}", f"jaxlib=={NEWEST_JAX}")
     only = ("-m", "not dtype_sweep and not grid_sweep")
     parts = halves(leave_out=("tests/native", "tests/benchmarks"))
-    run_pytest(session, [cpu_suite(4, half, *only) for half in parts])
+    runs = [cpu_suite(4, half, *only) for half in parts] + client_runs(client, (4,))
+    run_pytest(session, runs)
 
 
 @nox.session

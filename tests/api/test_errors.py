@@ -128,9 +128,18 @@ def test_process_grid_needs_backend_mp_and_a_process_per_device(mesh):
 
 
 def test_replicated_matrix_without_in_specs(mesh):
-    a = jax.device_put(jnp.eye(4 * mesh.size), NamedSharding(mesh, P()))
-    with pytest.raises(ValueError, match="cannot find how to shard A: it is replicated.*in_specs="):
-        jaxmg.potri(a, 2)
+    """A replicated A is solved as jaxmg 1.x solves it: by rows of the one axis of its mesh;
+    over a mesh of three axes nothing says where it goes."""
+    n = 4 * mesh.size
+    a_host = np.diag(np.arange(1.0, n + 1))
+    a = jax.device_put(a_host, NamedSharding(mesh, P()))
+    np.testing.assert_allclose(np.asarray(jaxmg.potri(a, 2)), np.linalg.inv(a_host), rtol=1e-14)
+    mesh3 = jax.make_mesh((mesh.size, 1, 1), ("a", "b", "c"))
+    a3 = jax.device_put(a_host, NamedSharding(mesh3, P()))
+    with pytest.raises(
+        ValueError, match=r"cannot find how to shard A: it is replicated, and its mesh has 3 axes"
+    ):
+        jaxmg.potri(a3, 2)
 
 
 @pytest.mark.parametrize(

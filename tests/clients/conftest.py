@@ -46,10 +46,28 @@ def pytest_configure(config):
         )
 
 
+#: The NetKet release each test file was written for: only the installed one's is collected.
+NETKET_FILES = {"test_netket_3_22.py": "3.22.4", "test_netket_3_23.py": "3.23.0"}
+
+
 def pytest_ignore_collect(collection_path, config):
     if not any(_inside(p) for p in _named_paths(config)):
         return True
+    wanted = NETKET_FILES.get(collection_path.name)
+    if wanted is not None:
+        import importlib.metadata
+
+        return importlib.metadata.version("netket") != wanted
     return None
+
+
+def pytest_collection_finish(session):
+    """A client run that collected none of its tests has not tested the client."""
+    if any(_inside(p) for p in _named_paths(session.config)) and not session.items:
+        raise pytest.UsageError(
+            f"tests/clients collected no test: no file here is for the installed NetKet "
+            f"({NETKET_FILES})"
+        )
 
 
 @pytest.fixture(scope="session", autouse=True)

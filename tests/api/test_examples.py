@@ -24,7 +24,15 @@ def run(name):
 
 
 @pytest.mark.parametrize(
-    "name", ["potrs.py", "potri.py", "syevd.py", "gaussian_process.py", "largest_potrs.py"]
+    "name",
+    [
+        "potrs.py",
+        "potri.py",
+        "syevd.py",
+        "gaussian_process.py",
+        "largest_potrs.py",
+        "jaxmg1_api.py",
+    ],
 )
 def test_example_prints_true(name):
     lines = [line for line in run(name).splitlines() if line in ("True", "False")]

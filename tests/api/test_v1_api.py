@@ -373,3 +373,38 @@ def test_module_names_and_version():
     if ctypes.util.find_library("cuda") is None:
         with pytest.raises(RuntimeError, match="libcuda.so.1"):
             jaxmg.device_supports_vmm()
+
+
+def test_derivatives_of_the_1x_names():
+    """``least_squares``, ``gesvd`` and the ``*_shardmap_ctx`` twins are differentiable, as the
+    routines they run: their gradients match JAX's dense ones (under ``jit``)."""
+    mesh = mesh_of()
+    m, n = 2 * size(), size()
+    a_host, b_host = general(m, n), general(m, 1, seed=5)[:, 0]
+    A, b = rows(a_host, mesh), jnp.asarray(b_host)
+
+    def theirs(f):
+        return jax.jit(jax.grad(f))(jnp.asarray(a_host))
+
+    def ours(f):
+        return jax.jit(jax.grad(f))(A)
+
+    np.testing.assert_allclose(
+        ours(lambda A: jnp.sum(jaxmg.least_squares(A, b, 4) ** 2)),
+        theirs(lambda A: jnp.sum(jnp.linalg.lstsq(A, b)[0] ** 2)),
+        rtol=1e-8,
+        atol=1e-10,
+    )
+    np.testing.assert_allclose(
+        ours(lambda A: jnp.sum(jaxmg.gesvd(A, 8, compute_u=False, compute_vh=False))),
+        theirs(lambda A: jnp.sum(jnp.linalg.svd(A, compute_uv=False))),
+        rtol=1e-8,
+        atol=1e-10,
+    )
+    spd = hpd(n)
+    S = rows(spd, mesh)
+    grad = jax.jit(jax.grad(lambda S: jnp.sum(jaxmg.potrs_shardmap_ctx(S, b[:n], 4)[1])))(S)
+    want = jax.jit(jax.grad(lambda S: jnp.sum(jnp.linalg.solve((S + S.T) / 2, b[:n]))))(
+        jnp.asarray(spd)
+    )
+    np.testing.assert_allclose(grad, want, rtol=1e-8, atol=1e-10)

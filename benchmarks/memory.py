@@ -54,10 +54,9 @@ def jaxmg_programs(routine, a, b, T_A, backend):
     spec = a.sharding.spec
     task = {"potrs_logdet": "potrs", "cho_factor": "potrs", "lu_factor": "getrf"}
     task = task.get(routine, "getrf" if routine == "lu_solve" else routine)
-    statics, _ = _api._prepare(
+    call, _ = _api._prepare(
         a, T_A, a.sharding.mesh, spec, False, "native", True, "bench", task, backend
     )
-    call = _programs._Call(**statics)
     if routine in ("potrs", "potrs_logdet"):
         flags = (call, routine == "potrs_logdet", True, b.shape)
         donated = _api._potrs_donated if _api._factor_in_a(call) else _derivatives._potrs_call

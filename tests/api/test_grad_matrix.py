@@ -58,6 +58,7 @@ TYPES = {"explicit": AxisType.Explicit, "auto": AxisType.Auto}
 HOWS = ("mesh", "set_mesh", "inferred")
 FORMS = {"cols": P(None, "x"), "rows": P("x", None)}
 
+
 def size():
     return 4 * jax.device_count()
 

@@ -60,10 +60,9 @@ def _blocks(compiled, n):
 def _donating_program(routine, a, b, T_A, backend):
     """``(donating program, args)`` that ``routine(..., donate=True)`` runs."""
     task = {"cho_factor": "potrs", "lu_factor": "getrf"}.get(routine, routine)
-    statics, _ = _api._prepare(
+    call, _ = _api._prepare(
         a, T_A, a.sharding.mesh, a.sharding.spec, False, "native", True, "t", task, backend
     )
-    call = _programs._Call(**statics)
     return {
         "potrs": (_api._potrs_donated, (call, True, True, b.shape, a, b)),
         "cho_factor": (_api._potrf_donated, (call, a)),

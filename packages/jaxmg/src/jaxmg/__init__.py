@@ -37,8 +37,10 @@ checks it, and that the list names every module of the package):
 - ``_geometry``: where ``A`` lives: mesh, axis, sharding form, devices, backend.
 - ``_v1_status``: jaxmg 1.x's status vector, built from jaxmg's status.
 - ``_native``: the engines' wrappers (cuSolverMg or its twin, the distributed engine, ``_dense``).
+- ``_call``: one call's description (``Call``: tile, size, layout, geometry, caller) and the
+  route of its local blocks to the native target and back.
 - ``_compat``: jaxmg 0.0.x's layout helpers.
-- ``_local``: placing arrays; inside ``shard_map``: routes, cross-device fills, local bodies.
+- ``_local``: placing arrays; inside ``shard_map``: cross-device fills, local bodies.
 - ``_products``: ring products of sharded matrices (no whole ``K x K`` on a device).
 - ``_programs``: the ``jax.shard_map`` programs, one per native routine.
 - ``_derivatives``: every derivative rule, the jitted calls that run them, the factor objects.

@@ -18,7 +18,8 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from . import _checks, _geometry, _native, _v1_status
+from . import _checks, _geometry, _v1_status
+from ._call import describe, layout, locate
 from ._derivatives import (
     CholeskyFactor,
     LUFactor,
@@ -30,7 +31,6 @@ from ._derivatives import (
 )
 from ._local import _explicit, _placed
 from ._programs import (
-    _Call,
     _cho_logdet_program,
     _getrf_program,
     _potrf_program,
@@ -54,49 +54,17 @@ _SYEVD_WAS = "return_eigenvectors (jaxmg 0.0.x), e.g. return_eigenvectors=False"
 _OPTIONS = ("cyclic_1d", "pad", "relayout", "backend")
 
 
-def _statics(T_A, n, cyclic_1d, relayout, geometry, fn):
-    """The static arguments every local body and program takes, ``relayout`` checked (on
-    backend ``"jax"``, which relays nothing, one value: the same program for both)."""
-    relayout = _checks.relayout(relayout, fn)
-    return dict(
-        T_A=T_A,
-        n=n,
-        cyclic=bool(cyclic_1d),
-        relayout="native" if geometry.backend == "jax" else relayout,
-        geometry=geometry,
-        fn=fn,
-    )
-
-
-def _layout(T_A, n, geometry, pad, routine, fn):
-    """The checked layout of a call (its ``T_A``: as asked, or chosen for ``None``); raises for
-    ``pad=False`` with a tile that would widen A's blocks. Backend ``"jax"`` (one device, JAX's
-    dense solvers) takes the whole matrix as one tile whatever ``T_A`` was asked for."""
-    if geometry.backend == "jax":
-        T_A = n
-    else:
-        T_A = _checks.resolve_tile(
-            T_A, n, geometry.ndev, routine, geometry.platform, fn, geometry.backend, pad
-        )
-    layout = _checks.plan(n, geometry.ndev, T_A, fn)
-    _checks.unpadded(pad, layout, fn)
-    return layout
-
-
 def _prepare(A, T_A, mesh, spec, cyclic_1d, relayout, pad, fn, routine, backend=None):
-    """Validate the arguments and resolve the geometry; returns ``(statics, A's dtype)``."""
-    backend = _checks.backend(backend, fn)
-    dtype = _checks.matrix_dtype(A, fn)
+    """Validate the arguments and resolve the geometry; returns ``(call, A's dtype)``."""
     T_A = _checks.tile_size(T_A, fn, cyclic_1d)
-    if not cyclic_1d and A.shape[0] != A.shape[1] and pad is False:
+    shape = getattr(A, "shape", ())
+    if not cyclic_1d and pad is False and len(shape) == 2 and shape[0] != shape[1]:
         raise ValueError(
-            f"{fn}: A must be square [N, N], got shape {tuple(A.shape)}. jaxmg takes A "
+            f"{fn}: A must be square [N, N], got shape {tuple(shape)}. jaxmg takes A "
             "unpadded: jaxmg 0.0.x's pre-padded shards (pad=False) are not accepted; pass the "
             "N x N matrix."
         )
-    geometry = _geometry.resolve(A, mesh, spec, backend=backend, fn=fn, cyclic=bool(cyclic_1d))
-    if geometry.backend == "mp":
-        _native.load_mp(fn, geometry.platform)
+    geometry, dtype = locate(A, mesh, spec, backend, fn, cyclic=bool(cyclic_1d))
     if geometry.form == "grid":
         if cyclic_1d:
             raise ValueError(
@@ -105,13 +73,13 @@ def _prepare(A, T_A, mesh, spec, cyclic_1d, relayout, pad, fn, routine, backend=
             )
         n = _checks.square_size(A, fn)
         tile = _checks.grid_plan(n, geometry.grid, T_A, pad, fn).tile
-        return _statics(tile, n, False, relayout, geometry, fn), dtype
+        return describe(tile, n, False, relayout, geometry, fn), dtype
     if cyclic_1d:
         n = _checks.cyclic_shape(A, geometry, T_A, fn)
     else:
         n = _checks.square_size(A, fn)
-    T_A = _layout(T_A, n, geometry, pad, routine, fn).T_A
-    return _statics(T_A, n, cyclic_1d, relayout, geometry, fn), dtype
+    T_A = layout(T_A, n, geometry, pad, routine, fn).T_A
+    return describe(T_A, n, cyclic_1d, relayout, geometry, fn), dtype
 
 
 # --- donate=True ----------------------------------------------------------------------------------
@@ -125,7 +93,7 @@ def _prepare(A, T_A, mesh, spec, cyclic_1d, relayout, pad, fn, routine, backend=
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3), donate_argnums=(4, 5))
 def _potrs_donated(call, logdet, status, b_shape, a, b):
-    x, f, info = _potrs_program(a, b.reshape(call.n, -1), with_factor=True, **call.kw)
+    x, f, info = _potrs_program(call, a, b.reshape(call.n, -1), with_factor=True)
     value = _cho_logdet_program(call, f) if logdet else None
     return x.reshape(b_shape), value, (info[0] if status else None), f
 
@@ -138,7 +106,7 @@ _syevd_donated = jax.jit(_syevd_call.__wrapped__, static_argnums=(0, 1, 2), dona
 def _syevd_values_donated(call, status, a):
     """Eigenvalues alone with ``A`` donated: the overwritten buffer comes out too (the caller
     drops it), the one output XLA can give ``A``'s buffer to."""
-    w, spent, info = _syevd_program(a, vectors=False, spent=True, **call.kw)
+    w, spent, info = _syevd_program(call, a, vectors=False, spent=True)
     return w, spent, (_status(info) if status else None)
 
 
@@ -281,14 +249,13 @@ def _potrs(A, b, T_A, mesh, in_specs, fn, v1, return_status, return_logdet, dona
     """:func:`potrs` for the caller ``fn``, its status in 1.x's form when ``v1``."""
     cyclic_1d, pad, relayout, backend = (options[k] for k in _OPTIONS)
     spec_a, spec_b = _checks.in_specs(in_specs, fn, ("A", "b"))
-    statics, dtype = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "potrs", backend)
-    geometry, n = statics["geometry"], statics["n"]
+    call, dtype = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "potrs", backend)
+    geometry, n = call.geometry, call.n
     b_shape = _checks.rhs_shape(b, n, dtype, fn)
     if spec_b is not None:
         _geometry.check_spec_axes(spec_b, geometry.mesh, "in_specs[1] (b)")
     a = _placed(A, geometry.mesh, geometry.spec)
     b_placed = _placed(b, geometry.mesh, P())
-    call = _Call(**statics)
     flags = (call, bool(return_logdet), bool(return_status), b_shape)
     if _donating(donate, fn, A, b):
         if _factor_in_a(call):
@@ -349,9 +316,8 @@ def potri(
     fn = "jaxmg.potri"
     _checks.keyword_only(fn, positional, _POTRI_WAS)
     (spec_a,) = _checks.in_specs(in_specs, fn, ("A",))
-    statics, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "potri", backend)
-    geometry = statics["geometry"]
-    call = _Call(**statics)
+    call, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "potri", backend)
+    geometry = call.geometry
     a = _placed(A, geometry.mesh, geometry.spec)
     donating = _donating(donate, fn, A)
     inv, status = (_potri_donated if donating else _potri_call)(call, bool(return_status), a)
@@ -416,9 +382,8 @@ def _syevd(A, T_A, mesh, in_specs, fn, v1, return_eigenvectors, return_status, d
     """:func:`syevd` for the caller ``fn``, its status in 1.x's form when ``v1``."""
     cyclic_1d, pad, relayout, backend = (options[k] for k in _OPTIONS)
     (spec_a,) = _checks.in_specs(in_specs, fn, ("A",))
-    statics, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "syevd", backend)
-    geometry = statics["geometry"]
-    call = _Call(**statics)
+    call, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "syevd", backend)
+    geometry = call.geometry
     vectors = bool(return_eigenvectors)
     a = _placed(A, geometry.mesh, geometry.spec)
     donating = _donating(donate, fn, A)
@@ -455,10 +420,6 @@ def potri_symmetrize(A):
 # --- cho_factor, cho_solve, lu_factor, lu_solve ---------------------------------------------------
 
 
-def _call(statics: dict) -> _Call:
-    return _Call(**statics)
-
-
 def cho_factor(
     A,
     T_A=None,
@@ -489,8 +450,7 @@ def cho_factor(
     fn = "jaxmg.cho_factor"
     _checks.keyword_only(fn, positional, "cyclic_1d, pad or relayout, e.g. relayout='jax'")
     (spec_a,) = _checks.in_specs(in_specs, fn, ("A",))
-    statics, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "potrs", backend)
-    call = _call(statics)
+    call, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "potrs", backend)
     a = _placed(A, call.geometry.mesh, call.geometry.spec)
     if _donating(donate, fn, A):
         f, status = _potrf_donated(call, a)
@@ -562,8 +522,7 @@ def lu_factor(
     fn = "jaxmg.lu_factor"
     _checks.keyword_only(fn, positional, "cyclic_1d, pad or relayout, e.g. relayout='jax'")
     (spec_a,) = _checks.in_specs(in_specs, fn, ("A",))
-    statics, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "getrf", backend)
-    call = _call(statics)
+    call, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "getrf", backend)
     a = _placed(A, call.geometry.mesh, call.geometry.spec)
     if _donating(donate, fn, A):
         lu, pivots, status = _getrf_donated(call, a)

@@ -84,8 +84,8 @@ def rhs_shape(b, n: int, dtype: np.dtype, fn: str) -> tuple[int, ...]:
         raise TypeError(f"{fn}: b must be a jax.Array, got {type(b).__name__}.")
     if len(shape) not in (1, 2) or shape[0] != n or (len(shape) == 2 and shape[1] < 1):
         raise ValueError(
-            f"{fn}: b must have shape [{n}] or [{n}, nrhs] with nrhs >= 1 to match A of size "
-            f"{n}, got {tuple(shape)}."
+            f"{fn}: b must have shape [{n}] or [{n}, nrhs] with nrhs >= 1 to match the {n} rows "
+            f"of A, got {tuple(shape)}."
         )
     if np.dtype(b.dtype) != dtype:
         raise TypeError(

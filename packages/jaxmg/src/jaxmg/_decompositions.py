@@ -52,7 +52,8 @@ from jax.sharding import PartitionSpec as P
 
 import jaxmg_cuda.mp
 
-from . import _api, _checks, _geometry, _native, _products, _v1_status
+from . import _api, _checks, _geometry, _products, _v1_status
+from ._call import engine_relays_blocks, locate
 from ._local import _explicit, _placed
 
 _HIGHEST = jax.lax.Precision.HIGHEST
@@ -71,12 +72,8 @@ def _h(a):
 
 def _where(A, mesh, in_specs, backend, fn):
     """Checks before any device work: ``A``'s type and shape, the sharding it is solved on."""
-    dtype = _checks.matrix_dtype(A, fn)
-    _checks.backend(backend, fn)
     (spec,) = _checks.in_specs(in_specs, fn, ("A",))
-    geometry = _geometry.resolve(A, mesh, spec, backend=backend, fn=fn)
-    if geometry.backend == "mp":
-        _native.load_mp(fn, geometry.platform)
+    geometry, dtype = locate(A, mesh, spec, backend, fn)
     m, n = A.shape
     if geometry.form == "grid":
         if not _native_mp(geometry):
@@ -142,8 +139,9 @@ def _glue(geometry, out_specs, f, *args):
 
 def _native_mp(geometry):
     """Whether ScaLAPACK's own p?gesvd, p?geqrf + p?orgqr and p?gels run: backend ``"mp"`` on
-    CPUs. On GPUs (cuSOLVERMp) the compositions run: its Gesvd, Geqrf and Gels are not built."""
-    return geometry.backend == "mp" and geometry.platform != "gpu"
+    CPUs, the engine that also relays blocks itself. On GPUs (cuSOLVERMp) the compositions run:
+    its Gesvd, Geqrf and Gels are not built."""
+    return engine_relays_blocks(geometry)
 
 
 def _mp_grid(geometry):
@@ -264,7 +262,7 @@ def gels(A, b, mesh=None, in_specs=None, *positional, T_A=None, return_status=Fa
     if not _native_mp(geometry):
         raise ValueError(f"{fn}: p?gels runs on CPUs only (ScaLAPACK); use jaxmg.lstsq on GPUs.")
     m, n = A.shape
-    b_shape = _lstsq_rhs(b, m, dtype, fn)
+    b_shape = _checks.rhs_shape(b, m, dtype, fn)
     T_A = _checks.tile_size(T_A, fn)
     a = _placed(A, geometry.mesh, geometry.spec)
     b2 = _placed(jnp.reshape(b, (m, -1)), geometry.mesh, _REPLICATED)
@@ -842,7 +840,7 @@ def lstsq(
     _checks.keyword_only(fn, positional, "return_status or backend, e.g. return_status=True")
     geometry, dtype = _where(A, mesh, in_specs, backend, fn)
     m, n = A.shape
-    b_shape = _lstsq_rhs(b, m, dtype, fn)
+    b_shape = _checks.rhs_shape(b, m, dtype, fn)
     T_A = _checks.tile_size(T_A, fn)
     if rcond is None:
         rcond = float(np.finfo(dtype).eps) * max(m, n)
@@ -861,18 +859,6 @@ def lstsq(
         x, resid = x[:, 0], resid[0]
     out = (x, resid, rank, s)
     return out + (status,) if return_status else out
-
-
-def _lstsq_rhs(b, m, dtype, fn):
-    """``b``'s shape, checked: ``[M]`` or ``[M, K]`` of ``A``'s dtype."""
-    b_shape = getattr(b, "shape", None)
-    if b_shape is None or len(b_shape) not in (1, 2) or b_shape[0] != m:
-        raise ValueError(f"{fn}: b must be [M] or [M, K] with M = {m}, got shape {b_shape}.")
-    if np.dtype(b.dtype) != dtype:
-        raise TypeError(
-            f"{fn}: b has dtype {np.dtype(b.dtype).name}, A {dtype.name}; pass both in one dtype."
-        )
-    return b_shape
 
 
 def qr(

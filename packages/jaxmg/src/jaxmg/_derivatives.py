@@ -34,9 +34,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from ._call import Call
 from ._local import _explicit
 from ._programs import (
-    _Call,
     _cho_inverse_program,
     _cho_logdet_program,
     _cho_solve_program,
@@ -73,7 +73,7 @@ class _Algebra:
     resharded back to ``A``'s (JAX refuses to guess); on Auto axes XLA chooses.
     """
 
-    def __init__(self, call: _Call):
+    def __init__(self, call: Call):
         g = call.geometry
         self.explicit = _explicit(g.mesh, g.spec)
         self.matrix = NamedSharding(g.mesh, g.spec)
@@ -133,7 +133,7 @@ def _linear_solve(matvec, a, b, solve, transpose_solve):
     )
 
 
-def _cholesky_solves(call: _Call, f):
+def _cholesky_solves(call: Call, f):
     """``(solve, transpose_solve)`` with a Cholesky factor: ``A^T = conj(A)``."""
 
     def solve(r):
@@ -143,7 +143,7 @@ def _cholesky_solves(call: _Call, f):
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _cholesky_solution(call: _Call, f, x, a, b):
+def _cholesky_solution(call: Call, f, x, a, b):
     """``A^-1 b`` when it is already known (``x``, with ``A``'s factor ``f``): ``x`` itself,
     with the derivatives of the solve. Saves the forward solve a derivative would repeat."""
     return x
@@ -165,12 +165,12 @@ def _cholesky_solution_jvp(call, primals, tangents):
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
-def potrs_and_logdet(call: _Call, logdet: bool, a, b):
+def potrs_and_logdet(call: Call, logdet: bool, a, b):
     """``(x, logdet or None, status)``; one native call (factor and solve)."""
     if not logdet:
-        x, status = _potrs_program(a, b, **call.kw)
+        x, status = _potrs_program(call, a, b)
         return x, None, _status(status)
-    x, f, status = _potrs_program(a, b, with_factor=True, **call.kw)
+    x, f, status = _potrs_program(call, a, b, with_factor=True)
     return x, _cho_logdet_program(call, f), _status(status)
 
 
@@ -182,7 +182,7 @@ def _potrs_and_logdet_jvp(call, logdet, primals, tangents):
     # reuse. Both are constants of the rule (derivatives flow through `a` and `b`), so the
     # rule itself is differentiable: derivatives of any order.
     x, f, status = _potrs_program(
-        jax.lax.stop_gradient(a), jax.lax.stop_gradient(b), with_factor=True, **call.kw
+        call, jax.lax.stop_gradient(a), jax.lax.stop_gradient(b), with_factor=True
     )
     x, dx = jax.jvp(functools.partial(_cholesky_solution, call, f, x), (a, b), (da, db))
     status = _status(status)
@@ -192,25 +192,25 @@ def _potrs_and_logdet_jvp(call, logdet, primals, tangents):
     return (x, value, status), (dx, dvalue, _float0(status))
 
 
-def _logdet_jvp(call: _Call, f, a, da):
+def _logdet_jvp(call: Call, f, a, da):
     """``log det A`` and its derivative."""
     return cho_logdet_with(call, f, a), _logdet_tangent(call, f, a, da)
 
 
-def _logdet_tangent(call: _Call, f, a, da):
+def _logdet_tangent(call: Call, f, a, da):
     """``Re tr(A^-1 dA) = Re sum(conj(A^-1) * dA)`` (``A^-1`` Hermitian), ``A^-1`` from ``f``."""
     inverse = cho_inverse_with(call, f, a)
     return jnp.real(jnp.sum(jnp.conj(inverse) * da))
 
 
-def _inverse_tangent(call: _Call, inverse, da):
+def _inverse_tangent(call: Call, inverse, da):
     """``dY = -Y dA_h Y`` for ``Y = A^-1``."""
     algebra = _Algebra(call)
     return -algebra.hermitian_part(algebra.products(inverse, da, inverse))
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def cho_inverse_with(call: _Call, f, a):
+def cho_inverse_with(call: Call, f, a):
     """``A^-1`` from its factor ``f`` (``a`` is there for the derivative only)."""
     return _cho_inverse_program(call, f)
 
@@ -224,7 +224,7 @@ def _cho_inverse_with_jvp(call, primals, tangents):
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def cho_solve_with(call: _Call, f, a, b):
+def cho_solve_with(call: Call, f, a, b):
     """``A^-1 b`` with ``A``'s factor ``f`` (``a`` is there for the derivative only)."""
     return _cho_solve_program(call, f, b)
 
@@ -243,7 +243,7 @@ def _cho_solve_with_jvp(call, primals, tangents):
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def cho_logdet_with(call: _Call, f, a):
+def cho_logdet_with(call: Call, f, a):
     """``log det A`` from its factor ``f`` (``a`` is there for the derivative only)."""
     return _cho_logdet_program(call, f)
 
@@ -257,7 +257,7 @@ def _cho_logdet_with_jvp(call, primals, tangents):
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
-def lu_solve_with(call: _Call, trans: str, lu, pivots, a, b):
+def lu_solve_with(call: Call, trans: str, lu, pivots, a, b):
     """``op(A)^-1 b`` with ``A``'s LU factor (``a`` is there for the derivative only)."""
     return _lu_solve_program(call, trans, lu, pivots, b)
 
@@ -287,9 +287,9 @@ def _lu_solve_with_jvp(call, trans, primals, tangents):
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def potri_differentiable(call: _Call, a):
+def potri_differentiable(call: Call, a):
     """``(A^-1, status)``."""
-    inverse, status = _potri_program(a, **call.kw)
+    inverse, status = _potri_program(call, a)
     return inverse, _status(status)
 
 
@@ -301,9 +301,9 @@ def _potri_jvp(call, primals, tangents):
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
-def syevd_differentiable(call: _Call, vectors: bool, a):
+def syevd_differentiable(call: Call, vectors: bool, a):
     """``(w, V or None, status)``."""
-    out = _syevd_program(a, vectors=vectors, **call.kw)
+    out = _syevd_program(call, a, vectors)
     if vectors:
         w, v, status = out
         return w, v, _status(status)
@@ -362,17 +362,17 @@ def _syevd_call(call, vectors, status, a):
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
-def _cho_solve_call(call: _Call, shape, f, a, b):
+def _cho_solve_call(call: Call, shape, f, a, b):
     return cho_solve_with(call, f, a, b.reshape(call.n, -1)).reshape(shape)
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _cho_logdet_call(call: _Call, f, a):
+def _cho_logdet_call(call: Call, f, a):
     return cho_logdet_with(call, f, a)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))
-def _lu_solve_call(call: _Call, trans: str, shape, lu, pivots, a, b):
+def _lu_solve_call(call: Call, trans: str, shape, lu, pivots, a, b):
     return lu_solve_with(call, trans, lu, pivots, a, b.reshape(call.n, -1)).reshape(shape)
 
 
@@ -405,7 +405,7 @@ class CholeskyFactor:
         positive definite (the factor is then NaN, and so is everything made from it).
     """
 
-    def __init__(self, factor, matrix, status, call: _Call):
+    def __init__(self, factor, matrix, status, call: Call):
         self.factor, self.matrix, self.status, self._call = factor, matrix, status, call
 
     def tree_flatten(self):
@@ -454,7 +454,7 @@ class LUFactor:
         factor is then NaN, and so is every solve with it).
     """
 
-    def __init__(self, factor, pivots, matrix, status, call: _Call):
+    def __init__(self, factor, pivots, matrix, status, call: Call):
         self.factor, self.pivots, self.matrix, self.status = factor, pivots, matrix, status
         self._call = call
 

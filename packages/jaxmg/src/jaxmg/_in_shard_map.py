@@ -3,14 +3,14 @@
 for them (``*_shardmap_ctx``, blocks of rows).
 
 Each validates the local block and its arguments against the enclosing ``shard_map``'s mesh
-(:func:`_local_statics`, with the checks of :mod:`jaxmg._api`) and runs the local body of its
+(:func:`_local_statics`, with the checks of :mod:`jaxmg._call`) and runs the local body of its
 routine (:mod:`jaxmg._local`) right there, in the caller's ``shard_map``: no program of its own.
 """
 
 from __future__ import annotations
 
 from . import _checks, _geometry, _native, _v1
-from ._api import _layout, _statics
+from ._call import describe, layout
 from ._local import (
     _hermitian_blocks_from_lower,
     _potri_local,
@@ -24,7 +24,8 @@ from ._local import (
 def _local_statics(
     a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, routine, fn, backend=None
 ):
-    """Validate a local block and the arguments; the static arguments of the local bodies."""
+    """Validate a local block and the arguments; the :class:`jaxmg._call.Call` of the local
+    bodies."""
     backend = _checks.backend(backend, fn)
     if sharded_by == "grid":
         return _grid_local_statics(
@@ -52,8 +53,8 @@ def _local_statics(
     )
     if geometry.backend == "mp":
         _native.load_mp(fn, geometry.platform)
-    layout = _layout(T_A, n, geometry, pad, routine, fn)
-    expected = layout.local_width if cyclic_1d else layout.shard_size
+    plan = layout(T_A, n, geometry, pad, routine, fn)
+    expected = plan.local_width if cyclic_1d else plan.shard_size
     if width != expected:
         raise ValueError(
             f"{fn}: local block of shape {tuple(a.shape)} does not match N={n} over "
@@ -61,7 +62,7 @@ def _local_statics(
             + (f" in the block-cyclic layout (width {expected})" if cyclic_1d else "")
             + f"; expected {expected} {geometry.form} per device."
         )
-    return _statics(layout.T_A, n, cyclic_1d, relayout, geometry, fn)
+    return describe(plan.T_A, n, cyclic_1d, relayout, geometry, fn)
 
 
 def _grid_local_statics(a, T_A, cyclic_1d, axis_name, relayout, pad, routine, fn, backend):
@@ -96,14 +97,14 @@ def _grid_local_statics(a, T_A, cyclic_1d, axis_name, relayout, pad, routine, fn
             "jaxmg.potri on the global array instead."
         )
     tile = _checks.grid_plan(n, geometry.grid, T_A, pad, fn).tile
-    return _statics(tile, n, False, relayout, geometry, fn)
+    return describe(tile, n, False, relayout, geometry, fn)
 
 
-def _potrs_blocks(a, b, statics):
+def _potrs_blocks(a, b, call):
     """potrs on local blocks: ``b`` (``[N]`` or ``[N, nrhs]``) checked, ``x`` in its shape."""
-    n = statics["n"]
-    b_shape = _checks.rhs_shape(b, n, _checks.matrix_dtype(a, statics["fn"], "a"), statics["fn"])
-    x, status = _potrs_local(a, b.reshape(n, -1), **statics)
+    dtype = _checks.matrix_dtype(a, call.caller, "a")
+    b_shape = _checks.rhs_shape(b, call.n, dtype, call.caller)
+    x, status = _potrs_local(call, a, b.reshape(call.n, -1))
     return x.reshape(b_shape), status
 
 
@@ -139,10 +140,10 @@ def potrs_no_shardmap(
     """
     fn = "jaxmg.potrs_no_shardmap"
     _checks.keyword_only(fn, positional, "cyclic_1d (the original README's jaxmg)")
-    statics = _local_statics(
+    call = _local_statics(
         a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, "potrs", fn, backend
     )
-    return _potrs_blocks(a, b, statics)
+    return _potrs_blocks(a, b, call)
 
 
 def potri_no_shardmap(
@@ -164,12 +165,12 @@ def potri_no_shardmap(
     """
     fn = "jaxmg.potri_no_shardmap"
     _checks.keyword_only(fn, positional, "cyclic_1d (the original README's jaxmg)")
-    statics = _local_statics(
+    call = _local_statics(
         a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, "potri", fn, backend
     )
-    inv, status = _potri_local(a, **statics)
-    if statics["geometry"].form == "grid":  # the lower triangle: fill the upper one
-        inv = _hermitian_blocks_from_lower(inv, statics["geometry"])
+    inv, status = _potri_local(call, a)
+    if call.geometry.form == "grid":  # the lower triangle: fill the upper one
+        inv = _hermitian_blocks_from_lower(inv, call.geometry)
     return inv, status
 
 
@@ -194,10 +195,10 @@ def syevd_no_shardmap(
     """
     fn = "jaxmg.syevd_no_shardmap"
     _checks.keyword_only(fn, positional, "return_eigenvectors, e.g. return_eigenvectors=False")
-    statics = _local_statics(
+    call = _local_statics(
         a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, "syevd", fn, backend
     )
-    return _syevd_local(a, vectors=bool(return_eigenvectors), **statics)
+    return _syevd_local(call, a, bool(return_eigenvectors))
 
 
 # --- jaxmg 0.0.x's names for the functions inside shard_map ---------------------------------------
@@ -226,8 +227,8 @@ def potrs_shardmap_ctx(a, b, T_A=None, *args, **kwargs):
 
 def _potrs_rows(a, b, T_A=None, pad=True, *, axis_name=None, relayout="native", backend=None):
     fn = "jaxmg.potrs_shardmap_ctx"
-    statics = _local_statics(a, T_A, False, axis_name, "rows", relayout, pad, "potrs", fn, backend)
-    return _potrs_blocks(a, b, statics)
+    call = _local_statics(a, T_A, False, axis_name, "rows", relayout, pad, "potrs", fn, backend)
+    return _potrs_blocks(a, b, call)
 
 
 def potri_shardmap_ctx(a, T_A=None, pad=True, *, axis_name=None, relayout="native", backend=None):
@@ -236,8 +237,8 @@ def potri_shardmap_ctx(a, T_A=None, pad=True, *, axis_name=None, relayout="nativ
     returned only the upper triangle, for :func:`potri_symmetrize`, which leaves this
     unchanged)."""
     fn = "jaxmg.potri_shardmap_ctx"
-    statics = _local_statics(a, T_A, False, axis_name, "rows", relayout, pad, "potri", fn, backend)
-    return _potri_local(a, **statics)
+    call = _local_statics(a, T_A, False, axis_name, "rows", relayout, pad, "potri", fn, backend)
+    return _potri_local(call, a)
 
 
 def syevd_shardmap_ctx(a, T_A=None, *args, **kwargs):
@@ -270,5 +271,5 @@ def _syevd_rows(
     backend=None,
 ):
     fn = "jaxmg.syevd_shardmap_ctx"
-    statics = _local_statics(a, T_A, False, axis_name, "rows", relayout, pad, "syevd", fn, backend)
-    return _syevd_local(a, vectors=bool(return_eigenvectors), v_columns=True, **statics)
+    call = _local_statics(a, T_A, False, axis_name, "rows", relayout, pad, "syevd", fn, backend)
+    return _syevd_local(call, a, bool(return_eigenvectors), v_columns=True)

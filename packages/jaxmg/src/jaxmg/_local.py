@@ -5,14 +5,12 @@ Placement: :func:`_placed` puts an array, concrete or traced, in a sharding over
 Inside ``jax.shard_map``, on each device's block of ``A`` (the shard_map programs run these, and
 so do the functions called inside a user's ``shard_map``, such as ``potrs_no_shardmap``):
 
-- the route of a block to the native target and back: :class:`_Route` for ``A`` sharded by
-  columns or rows, :class:`_GridRoute` for a process grid (steps 1 to 3 of
-  :mod:`jaxmg._programs`' docstring);
 - the Hermitian fills and transposes across devices (:func:`_hermitian_from_triangle`,
   :func:`_transpose_rows`; :func:`_hermitian_from_lower`, on a global array, runs its own
   ``shard_map`` on a square grid);
 - the local bodies of potrs, potri and syevd (:func:`_potrs_local`, :func:`_potri_local`,
-  :func:`_syevd_local`).
+  :func:`_syevd_local`), each taking the call's :class:`jaxmg._call.Call`, whose route takes
+  a block to the native target and back.
 """
 
 from __future__ import annotations
@@ -25,134 +23,9 @@ from jax.sharding import NamedSharding
 
 import jaxmg_layout
 
-from . import _geometry, _native
+from . import _geometry
 
 # --- local (per-device) building blocks, used inside shard_map ------------------------------
-
-
-def _engine_relays_blocks(geometry) -> bool:
-    """Whether the native target takes a block of ``A`` and relays it to its tiles itself:
-    backend ``"mp"`` on CPUs (ScaLAPACK's p?gemr2d). cuSOLVERMp has no such routine."""
-    return geometry.backend == "mp" and geometry.platform != "gpu"
-
-
-class _Route:
-    """How one local block reaches the native target (step 2) and how its result comes back.
-
-    ``relayout="native"``: the block goes to the target as it is (column blocks transposed,
-    placed in a buffer of the width :func:`jaxmg_layout.in_place_moves` asks for), and the
-    target's leader moves the columns to the block-cyclic layout in place and back: no second
-    copy of ``A``. On backend ``"mp"`` the block goes to the engine as it is, which
-    redistributes it to its tiles and back (ScaLAPACK's p?gemr2d; ``blocks``); cuSOLVERMp has
-    no such routine, so on GPUs the relayout is JAX's. ``relayout=
-    "jax"``: the relayout runs here, as JAX collectives
-    (:func:`jaxmg_layout.cyclic_1d_no_shardmap`). ``cyclic``: the block is already cyclic.
-    """
-
-    def __init__(self, T_A, n, geometry, cyclic, relayout):
-        self.T_A, self.n, self.geometry, self.cyclic = T_A, n, geometry, cyclic
-        self.plan = jaxmg_layout.CyclicPlan.make(n, geometry.ndev, T_A)
-        native = relayout == "native" and not cyclic and self.plan.needs_relayout
-        # "mg": the leader moves tiles in place; "mp": the engine redistributes the blocks
-        # (ScaLAPACK's p?gemr2d; cuSOLVERMp has none: JAX relays them on GPUs).
-        in_place = native and geometry.backend == "mg"
-        self.moves = jaxmg_layout.in_place_moves(self.plan) if in_place else None
-        self.blocks = native and _engine_relays_blocks(geometry)
-        # What the native target needs to know of the local array's layout beyond its shape
-        # (it reads N from the shape): whether it is a block of A that the engine relays.
-        self.native_layout = {"blocks": True} if self.blocks else {}
-
-    @property
-    def native_moves(self):
-        """The ``moves`` argument of the native wrappers."""
-        return None if self.moves is None else (self.moves.to_cyclic, self.moves.from_cyclic)
-
-    def _rows(self, a):
-        return a.T if self.geometry.form == "cols" else a
-
-    def _offset(self):
-        return jnp.asarray(self.moves.offsets)[jax.lax.axis_index(self.geometry.axis)]
-
-    def to_native(self, a):
-        """Local block of A -> the ``[L, N]`` (or ``[W, N]``) array the native target reads.
-
-        For the jax relayout, the relayout runs in the caller's form and a column block is
-        transposed last: on XLA:CPU a transpose fused into the relayout's slices reads with a
-        stride, which costs more than the slices themselves.
-        """
-        if self.moves is None:
-            if not (self.cyclic or self.blocks):
-                a = jaxmg_layout.cyclic_1d_no_shardmap(
-                    a, self.T_A, self.geometry.axis, axis=self.geometry.sharded_dim
-                )
-            return self._rows(a)
-        rows = self._rows(a)
-        width, s = self.moves.width, self.plan.shard_size
-        if not self.moves.offsets.any():
-            return rows if width == s else jnp.pad(rows, ((0, width - s), (0, 0)))
-        room = jnp.zeros((width, self.n), rows.dtype)
-        return jax.lax.dynamic_update_slice(room, rows, (self._offset(), 0))
-
-    def from_native(self, z, then=None):
-        """A native result -> the block layout and form of the caller's A.
-
-        ``then``, if given, runs on the block-layout result while it is still in the native
-        ``[s, N]`` row form, before a column block's transpose.
-        """
-        s = self.plan.shard_size
-        if self.blocks:
-            pass  # the engine wrote the result into the block
-        elif self.moves is None:
-            z = jaxmg_layout.undo_cyclic_1d_no_shardmap(
-                z, self.T_A, self.n, self.geometry.axis, axis=0
-            )
-        elif self.moves.offsets.any():
-            z = jax.lax.dynamic_slice_in_dim(z, self._offset(), s, axis=0)
-        else:
-            z = z[:s]
-        return self._rows(z if then is None else then(z))
-
-
-class _GridRoute:
-    """:class:`_Route` for ``A`` sharded over a process grid ``P(r, c)`` (backend ``"mp"``): a
-    local transpose to the engine's column-major ``[N/cols, N/rows]`` block, which the engine
-    redistributes to its tiles itself (``relayout="native"``: ScaLAPACK's p?gemr2d); or, with
-    ``relayout="jax"``, the 2D relayout first (:func:`jaxmg_layout.cyclic_2d_no_shardmap`), as
-    JAX collectives, to the local array ``[Lc, Lr]`` (on GPUs always: cuSOLVERMp has no
-    redistribution). A tile as wide as the blocks needs neither."""
-
-    moves = None
-    native_moves = None
-
-    def __init__(self, T_A, n, geometry, relayout):
-        self.T_A, self.n, self.geometry = T_A, n, geometry
-        self.plan = jaxmg_layout.BlockCyclic2D.for_blocks(n, geometry.grid, T_A)
-        shard = self.plan.shard_shape
-        moves = any(p > 1 and self.plan.tile < s for p, s in zip(geometry.grid, shard, strict=True))
-        self.blocks = moves and relayout == "native" and _engine_relays_blocks(geometry)
-        self.relaid = moves and not self.blocks
-        # N (the engine cannot read it from a local array's shape), and whether the local array
-        # is a block of A that the engine relays.
-        self.native_layout = {"n": n, "blocks": True} if self.blocks else {"n": n}
-
-    def to_native(self, a):
-        if self.relaid:
-            a = jaxmg_layout.cyclic_2d_no_shardmap(a, self.T_A, self.geometry.axes)
-        return a.T
-
-    def from_native(self, z):
-        if self.relaid:
-            return jaxmg_layout.undo_cyclic_2d_no_shardmap(
-                z.T, self.T_A, self.n, self.geometry.axes
-            )
-        return z.T
-
-
-def _route(T_A, n, geometry, cyclic, relayout):
-    """The route of one call's local blocks to the native target and back."""
-    if geometry.form == "grid":
-        return _GridRoute(T_A, n, geometry, relayout)
-    return _Route(T_A, n, geometry, cyclic, relayout)
 
 
 def _hermitian_from_lower(x, geometry):
@@ -271,79 +144,63 @@ def _relayout(a, T_A, geometry):
     return jaxmg_layout.cyclic_1d_no_shardmap(a, T_A, geometry.axis, axis=geometry.sharded_dim)
 
 
-def _potrs_local(a, b, *, T_A, n, cyclic, relayout, geometry, fn, with_factor=False):
+def _potrs_local(call, a, b, with_factor=False):
     """Solve on local blocks. ``a``: local block of A; ``b``: replicated ``[N, nrhs]``.
     Returns ``(x, status)``, or ``(x, factor rows, status)`` ``with_factor``."""
-    native = _native.engine(geometry.platform, fn, geometry.backend)
-    route = _route(T_A, n, geometry, cyclic, relayout)
-    conj = jnp.conj if geometry.form == "rows" else (lambda v: v)
-    factor, x_rows, status = native.potrs(
+    route = call.route()
+    factor, x_rows, status = call.native().potrs(
         route.to_native(a),
-        conj(b.T),
-        geometry.position(),
-        T_A=route.plan.tile,
-        device_ids=geometry.device_ids,
+        call.conj(b.T),
+        call.position(),
         moves=route.native_moves,
-        **geometry.native_job,
-        **route.native_layout,
+        **call.native_kw(route),
         **({"factor": with_factor} if route.blocks else {}),
     )
     if with_factor:
-        return conj(x_rows.T), factor, status
-    return conj(x_rows.T), status
+        return call.conj(x_rows.T), factor, status
+    return call.conj(x_rows.T), status
 
 
-def _potri_local(a, *, T_A, n, cyclic, relayout, geometry, fn):
-    native = _native.engine(geometry.platform, fn, geometry.backend)
-    route = _route(T_A, n, geometry, cyclic, relayout)
-    inv_rows, status = native.potri(
-        route.to_native(a),
-        geometry.position(),
-        T_A=route.plan.tile,
-        device_ids=geometry.device_ids,
-        moves=route.native_moves,
-        **geometry.native_job,
-        **route.native_layout,
+def _potri_local(call, a):
+    route = call.route()
+    geometry = call.geometry
+    inv_rows, status = call.native().potri(
+        route.to_native(a), call.position(), moves=route.native_moves, **call.native_kw(route)
     )
     if geometry.form == "grid":  # the lower triangle: the caller fills the upper one
         return route.from_native(inv_rows), status
     fill = functools.partial(_hermitian_from_triangle, axis_name=geometry.axis)
     inv = route.from_native(inv_rows, then=fill)
-    return (_relayout(inv, T_A, geometry) if cyclic else inv), status
+    return (_relayout(inv, call.T_A, geometry) if call.cyclic else inv), status
 
 
-def _syevd_local(
-    a, *, T_A, n, cyclic, relayout, vectors, geometry, fn, v_columns=False, spent=False
-):
+def _syevd_local(call, a, vectors, v_columns=False, spent=False):
     """``v_columns``: return this device's column block ``V[:, blk]`` whatever the form of ``a``
     (jaxmg 0.0.x's ``syevd_shardmap_ctx``); else ``V``'s block in the form of ``a``. ``spent``
     (values only): also return the buffer the solver overwrote, in its native layout, so that
     a program with ``A`` donated has an output to give ``A``'s buffer to."""
-    native = _native.engine(geometry.platform, fn, geometry.backend)
-    route = _route(T_A, n, geometry, cyclic, relayout)
-    v_rows, w, status = native.syevd(
+    route = call.route()
+    geometry = call.geometry
+    v_rows, w, status = call.native().syevd(
         route.to_native(a),
-        geometry.position(),
-        T_A=route.plan.tile,
-        device_ids=geometry.device_ids,
+        call.position(),
         vectors=vectors,
         moves=route.native_moves,
-        **geometry.native_job,
-        **route.native_layout,
+        **call.native_kw(route),
     )
     if not vectors:
         return (w, v_rows, status) if spent else (w, status)
     if geometry.form == "grid":
         return w, route.from_native(v_rows), status
     if geometry.form == "cols":
-        return w, (v_rows.T if cyclic else route.from_native(v_rows)), status
+        return w, (v_rows.T if call.cyclic else route.from_native(v_rows)), status
     # The solver saw conj(A): its eigenvector columns are conj(V), which read back by rows is
     # V^H, whose local conjugate transpose is the column block of V. The rows of V take one
     # conjugate transpose across devices.
     if v_columns:
         return w, jnp.conj(route.from_native(v_rows)).T, status
     v = _transpose_rows(route.from_native(v_rows), geometry.axis)
-    return w, (_relayout(v, T_A, geometry) if cyclic else v), status
+    return w, (_relayout(v, call.T_A, geometry) if call.cyclic else v), status
 
 
 # --- placing arrays on a mesh -----------------------------------------------------------------

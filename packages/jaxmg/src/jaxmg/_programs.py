@@ -9,17 +9,17 @@ whose body works on local blocks (:mod:`jaxmg._local`):
    which is the column-major storage of ``N x L`` tiles of a column block;
 3. bring the results back to the caller's sharding.
 
-Programs. ``potrs`` (factor and solve in one native call, optionally returning the factor),
-``potri`` and ``syevd`` take the static arguments as keywords (``_STATIC``); the programs of a
-factor take a :class:`_Call`: ``potrf`` (the Cholesky factor alone), ``potrs_factored``/
-``potri_factored`` (a solve or the inverse from that factor), the log-determinant from the
-factor's diagonal, ``getrf``/``getrs`` (LU with partial pivoting and its solves). A factor
-stays where the native call left it: every device keeps its ``[W, N]`` rows, the column-major
-storage of its block-cyclic tiles (``W``: the local width, plus the in-place relayout's room
-when it ran), as one ``[ndev * W, N]`` array sharded ``P(ax, None)``. On a process grid
-``P(r, c)`` every process keeps its ``[Lc, Lr]`` local array (the column-major storage of its
-2D block-cyclic tiles), the whole sharded ``P(r, c)``. Nothing here is differentiable by
-itself: the derivative rules (:mod:`jaxmg._derivatives`) call these programs.
+Programs. Each takes the call's :class:`jaxmg._call.Call` first, then the arrays: ``potrs``
+(factor and solve in one native call, optionally returning the factor), ``potri``, ``syevd``,
+``potrf`` (the Cholesky factor alone), ``potrs_factored``/``potri_factored`` (a solve or the
+inverse from that factor), the log-determinant from the factor's diagonal, ``getrf``/``getrs``
+(LU with partial pivoting and its solves). A factor stays where the native call left it: every
+device keeps its ``[W, N]`` rows, the column-major storage of its block-cyclic tiles (``W``: the
+local width, plus the in-place relayout's room when it ran), as one ``[ndev * W, N]`` array
+sharded ``P(ax, None)``. On a process grid ``P(r, c)`` every process keeps its ``[Lc, Lr]``
+local array (the column-major storage of its 2D block-cyclic tiles), the whole sharded ``P(r,
+c)``. Nothing here is differentiable by itself: the derivative rules (:mod:`jaxmg._derivatives`)
+call these programs.
 
 Sharding forms. For ``A`` sharded by columns, ``P(None, ax)``, the local block is ``A[:, blk]``
 and step 2 is a local transpose. For ``A`` sharded by rows, ``P(ax, None)``, the local block
@@ -28,7 +28,7 @@ Hermitian): no transpose, and the solver works on ``conj(A)``. Solutions are con
 (a no-op for real dtypes). For ``A`` sharded over a process grid, ``P(r, c)`` (backend
 ``"mp"``), step 2 is a local transpose to column-major storage, and step 1 either is left to
 the engine (``relayout="native"``: ScaLAPACK's p?gemr2d) or is the 2D relayout in JAX
-(:class:`jaxmg._local._GridRoute`).
+(:class:`jaxmg._call.GridRoute`).
 
 Failure. A matrix that is not positive definite (potrs, potri), or an eigensolver that fails to
 converge (syevd), is not an exception: the status is nonzero and every floating output is NaN.
@@ -41,7 +41,6 @@ axis of one device, JAX's own dense solvers behind the same wrappers (``"jax"``,
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import jax
@@ -51,7 +50,7 @@ from jax.sharding import PartitionSpec as P
 
 import jaxmg_layout
 
-from . import _geometry, _native
+from ._call import Call
 from ._local import (
     _hermitian_from_lower,
     _hermitian_from_triangle,
@@ -59,8 +58,6 @@ from ._local import (
     _potri_local,
     _potrs_local,
     _relayout,
-    _Route,
-    _route,
     _syevd_local,
     _transpose_rows,
 )
@@ -68,54 +65,7 @@ from ._local import (
 # --- the static description of one call ------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class _Call:
-    """What every program of one matrix takes statically (:func:`jaxmg._api._statics`)."""
-
-    T_A: int
-    n: int
-    cyclic: bool
-    relayout: str
-    geometry: _geometry.Geometry
-    fn: str
-
-    @property
-    def kw(self) -> dict:
-        """The keyword arguments of the potrs, potri and syevd programs (``_STATIC``)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-
-    def route(self) -> _Route:
-        return _route(self.T_A, self.n, self.geometry, self.cyclic, self.relayout)
-
-    def native(self):
-        return _native.engine(self.geometry.platform, self.fn, self.geometry.backend)
-
-    def position(self):
-        return self.geometry.position()
-
-    def native_kw(self, route) -> dict:
-        return dict(
-            T_A=route.plan.tile,
-            device_ids=self.geometry.device_ids,
-            **self.geometry.native_job,
-            **route.native_layout,
-        )
-
-    def conj(self, v):
-        """The solver sees ``conj(A)`` (``A^T`` for LU) when ``A`` is sharded by rows."""
-        return jnp.conj(v) if self.geometry.form == "rows" else v
-
-    def shard_map(self, body, in_specs, out_specs):
-        return jax.shard_map(
-            body,
-            mesh=self.geometry.mesh,
-            in_specs=in_specs,
-            out_specs=out_specs,
-            check_vma=False,
-        )
-
-
-def _rows_spec(call: _Call) -> P:
+def _rows_spec(call: Call) -> P:
     return call.geometry.factor_spec
 
 
@@ -126,77 +76,47 @@ def _status(status):
 # --- potrs, potri, syevd: one program each --------------------------------------------------------
 
 
-_STATIC = ("T_A", "n", "cyclic", "relayout", "geometry", "fn")
-
-
-@functools.partial(jax.jit, static_argnames=(*_STATIC, "with_factor"))
-def _potrs_program(a, b, *, T_A, n, cyclic, relayout, geometry, fn, with_factor=False):
+@functools.partial(jax.jit, static_argnames=("call", "with_factor"))
+def _potrs_program(call: Call, a, b, with_factor=False):
     """``(x, status)``; ``with_factor``: ``(x, factor rows, status)`` (for ``logdet`` and
     ``donate=True``)."""
-    body = functools.partial(
-        _potrs_local,
-        T_A=T_A,
-        n=n,
-        cyclic=cyclic,
-        relayout=relayout,
-        geometry=geometry,
-        fn=fn,
-        with_factor=with_factor,
-    )
+    geometry = call.geometry
+    body = functools.partial(_potrs_local, call, with_factor=with_factor)
     out_specs = (P(), geometry.factor_spec, P()) if with_factor else (P(), P())
-    return jax.shard_map(
-        body,
-        mesh=geometry.mesh,
-        in_specs=(geometry.spec, P()),
-        out_specs=out_specs,
-        check_vma=False,
-    )(_placed(a, geometry.mesh, geometry.spec), _placed(b, geometry.mesh, P()))
-
-
-@functools.partial(jax.jit, static_argnames=_STATIC)
-def _potri_program(a, *, T_A, n, cyclic, relayout, geometry, fn):
-    body = functools.partial(
-        _potri_local, T_A=T_A, n=n, cyclic=cyclic, relayout=relayout, geometry=geometry, fn=fn
+    return call.shard_map(body, (geometry.spec, P()), out_specs)(
+        _placed(a, geometry.mesh, geometry.spec), _placed(b, geometry.mesh, P())
     )
-    inv, status = jax.shard_map(
-        body,
-        mesh=geometry.mesh,
-        in_specs=(geometry.spec,),
-        out_specs=(geometry.spec, P()),
-        check_vma=False,
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _potri_program(call: Call, a):
+    geometry = call.geometry
+    inv, status = call.shard_map(
+        functools.partial(_potri_local, call), (geometry.spec,), (geometry.spec, P())
     )(_placed(a, geometry.mesh, geometry.spec))
     return (_hermitian_from_lower(inv, geometry) if geometry.form == "grid" else inv), status
 
 
-@functools.partial(jax.jit, static_argnames=(*_STATIC, "vectors", "spent"))
-def _syevd_program(a, *, T_A, n, cyclic, relayout, vectors, geometry, fn, spent=False):
-    body = functools.partial(
-        _syevd_local,
-        T_A=T_A,
-        n=n,
-        cyclic=cyclic,
-        relayout=relayout,
-        vectors=vectors,
-        geometry=geometry,
-        fn=fn,
-        spent=spent,
-    )
+@functools.partial(jax.jit, static_argnames=("call", "vectors", "spent"))
+def _syevd_program(call: Call, a, vectors, spent=False):
+    geometry = call.geometry
+    body = functools.partial(_syevd_local, call, vectors=vectors, spent=spent)
     if vectors:
         out_specs = (P(), geometry.spec, P())
     elif spent:  # in the native layout, as a factor
         out_specs = (P(), geometry.factor_spec, P())
     else:
         out_specs = (P(), P())
-    return jax.shard_map(
-        body, mesh=geometry.mesh, in_specs=(geometry.spec,), out_specs=out_specs, check_vma=False
-    )(_placed(a, geometry.mesh, geometry.spec))
+    return call.shard_map(body, (geometry.spec,), out_specs)(
+        _placed(a, geometry.mesh, geometry.spec)
+    )
 
 
 # --- the programs of a factor: Cholesky, its log-determinant, LU ----------------------------------
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _potrf_program(call: _Call, a):
+def _potrf_program(call: Call, a):
     """``A`` -> ``(factor, status)``: the Cholesky factor rows ``[ndev * W, N]``."""
 
     def body(a):
@@ -211,7 +131,7 @@ def _potrf_program(call: _Call, a):
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _cho_solve_program(call: _Call, f, b):
+def _cho_solve_program(call: Call, f, b):
     """``x`` (``[N, k]``, replicated) from the factor rows and ``b`` (``[N, k]``)."""
 
     def body(f, b):
@@ -226,7 +146,7 @@ def _cho_solve_program(call: _Call, f, b):
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _cho_inverse_program(call: _Call, f):
+def _cho_inverse_program(call: Call, f):
     """The full Hermitian ``A^-1`` from the factor rows, sharded (and laid out) like ``A``."""
 
     def body(f):
@@ -248,7 +168,7 @@ def _cho_inverse_program(call: _Call, f):
 _NO_MOVES = np.zeros((0, 4), np.int64)
 
 
-def _diagonal_local(call: _Call, f):
+def _diagonal_local(call: Call, f):
     """This device's entries of the factor's diagonal (``[W]``, zero where padding)."""
     if call.geometry.form == "grid":
         return _grid_diagonal_local(call, f)
@@ -264,7 +184,7 @@ def _diagonal_local(call: _Call, f):
     return mine >= 0, values
 
 
-def _grid_diagonal_local(call: _Call, f):
+def _grid_diagonal_local(call: Call, f):
     """:func:`_diagonal_local` on a process grid: ``f`` is this process's ``[Lc, Lr]`` local
     array, diagonal element ``g`` lives on process ``(B % rows, B % cols)`` of block ``B``."""
     plan = jaxmg_layout.BlockCyclic2D.for_blocks(call.n, call.geometry.grid, call.T_A)
@@ -287,7 +207,7 @@ def _grid_diagonal_local(call: _Call, f):
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _cho_logdet_program(call: _Call, f):
+def _cho_logdet_program(call: Call, f):
     """``log det A = 2 sum log L_jj`` from the factor rows (real; NaN for a failed factor)."""
 
     def body(f):
@@ -299,7 +219,7 @@ def _cho_logdet_program(call: _Call, f):
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _getrf_program(call: _Call, a):
+def _getrf_program(call: Call, a):
     """``A`` -> ``(lu, pivots, status)``: rows ``[ndev * W, N]``, pivots ``[ndev * W]``; the
     factor of ``A^T`` where :func:`_factors_transpose` says so, else of ``A``."""
 
@@ -318,7 +238,7 @@ def _getrf_program(call: _Call, a):
     return call.shard_map(body, (spec,), (_rows_spec(call), pivots, P()))(a)
 
 
-def _factors_transpose(call: _Call) -> bool:
+def _factors_transpose(call: Call) -> bool:
     """Whether an LU factor of ``A`` sharded by rows is the factor of ``A^T``.
 
     The local rows of ``A`` are the storage of ``A^T``'s columns, so the engine would factor
@@ -330,7 +250,7 @@ def _factors_transpose(call: _Call) -> bool:
     return call.geometry.form == "rows" and call.cyclic
 
 
-def _lu_op(call: _Call, trans: str) -> tuple[str, bool]:
+def _lu_op(call: Call, trans: str) -> tuple[str, bool]:
     """``op(A) x = b`` as a solve with the factor's own matrix ``S`` (``A``, or ``A^T``): the
     operation on ``S`` (``N``, ``T``, ``C``) and whether to conjugate ``b`` and ``x`` (``A^H =
     conj(S)`` when ``S = A^T``). Without an engine that solves with ``S^T``, ``S^H x = b`` is
@@ -344,14 +264,14 @@ def _lu_op(call: _Call, trans: str) -> tuple[str, bool]:
     return op, conjugate
 
 
-def _through_transposed_factor(call: _Call) -> bool:
+def _through_transposed_factor(call: Call) -> bool:
     """Whether solves with ``S^T`` go through :func:`_transposed_lu`: on backend ``"mg"``,
     whose engine solves only with its factor (cuSolverMg's ``getrs``, and its LAPACK twin
     likewise). Backend ``"mp"`` on GPUs (cuSOLVERMp) refuses them instead."""
     return not call.native().solves_transposed and call.geometry.backend == "mg"
 
 
-def _global_of_local(call: _Call, local, fill=0):
+def _global_of_local(call: Call, local, fill=0):
     """The ``[N]`` vector whose entry ``g`` is ``local[l]`` on the device holding global
     column ``g`` at local column ``l`` (block-cyclic), the same on every device."""
     columns = call.route().plan.column_map()  # [ndev, L]: global column, -1 for padding
@@ -365,7 +285,7 @@ def _global_of_local(call: _Call, local, fill=0):
     return jax.lax.psum(spread, call.geometry.axis) + jnp.asarray(fill, local.dtype)
 
 
-def _transposed_lu(call: _Call, lu, pivots):
+def _transposed_lu(call: Call, lu, pivots):
     """An LU factor of ``A^T``'s column permutation, made from ``A``'s, for solves with ``A^T``
     by the engine's ``N`` solve (cuSolverMg's ``getrs`` takes no other), inside ``shard_map``.
 
@@ -413,7 +333,7 @@ def _transposed_lu(call: _Call, lu, pivots):
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
-def _lu_solve_program(call: _Call, trans: str, lu, pivots, b):
+def _lu_solve_program(call: Call, trans: str, lu, pivots, b):
     """``op(A)^-1 b`` (``[N, k]``, replicated) from the factor of :func:`_getrf_program`."""
     op, conjugate = _lu_op(call, trans)
     flip = jnp.conj if conjugate else (lambda v: v)

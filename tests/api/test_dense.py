@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import scipy.linalg
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+from matrices import hpd, random
 
 import jaxmg
 import jaxmg_cuda
@@ -48,20 +49,6 @@ def one_device_mesh(request, axis_type=AxisType.Explicit, name="x"):
     if jax.device_count() != 1 and not request.node.get_closest_marker("dtype_sweep"):
         pytest.skip("the one-device engine's cases run with --num-cpu-devices=1")
     return jax.make_mesh((1,), (name,), axis_types=(axis_type,), devices=jax.devices()[:1])
-
-
-def random(n, dtype, seed, cols=None):
-    rng = np.random.default_rng(seed)
-    shape = (n, n if cols is None else cols)
-    m = rng.standard_normal(shape)
-    if np.dtype(dtype).kind == "c":
-        m = m + 1j * rng.standard_normal(shape)
-    return m.astype(dtype)
-
-
-def hpd(n, dtype, seed=0):
-    m = random(n, dtype, seed)
-    return (m @ m.conj().T / n + np.eye(n)).astype(dtype)
 
 
 def hermitian(n, dtype, seed=0):

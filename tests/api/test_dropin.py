@@ -15,24 +15,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+from matrices import hpd, mesh_of
 
 import jaxmg
 import jaxmg_cuda
 from jaxmg import _checks
 
 COLS, ROWS = P(None, "x"), P("x", None)
-
-
-def hpd(n, dtype=np.float64, seed=0):
-    rng = np.random.default_rng(seed)
-    m = rng.standard_normal((n, n))
-    if np.dtype(dtype).kind == "c":
-        m = m + 1j * rng.standard_normal((n, n))
-    return (m @ m.conj().T / n + np.eye(n)).astype(dtype)
-
-
-def mesh_of(axis_type=AxisType.Explicit, name="x"):
-    return jax.make_mesh((jax.device_count(),), (name,), axis_types=(axis_type,))
 
 
 def check_solution(A, x, b):

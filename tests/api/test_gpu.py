@@ -17,6 +17,7 @@ import jax
 import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
+from matrices import hpd
 
 import jaxmg
 
@@ -24,14 +25,6 @@ DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
 FORMS = {"cols": P(None, "x"), "rows": P("x", None)}
 # LU tiles stay at most 512 on GPUs: cuSolverMg's getrf refused T_A >= 1024 on the H100.
 TILE = 64
-
-
-def hpd(n, dtype, seed=0):
-    rng = np.random.default_rng(seed)
-    m = rng.standard_normal((n, n))
-    if np.dtype(dtype).kind == "c":
-        m = m + 1j * rng.standard_normal((n, n))
-    return (m @ m.conj().T / n + np.eye(n)).astype(dtype)
 
 
 def general(n, dtype, seed=4):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+from matrices import hpd
 
 import jaxmg
 
@@ -28,14 +29,6 @@ BOUND = 30.0
 # and one that does not (tiles split between devices; the native buffers get an extra tile).
 ROUTES = [("native", 4), ("native", 5), ("jax", 5)]
 ROUTE_IDS = [f"{r}-T{t}" for r, t in ROUTES]
-
-
-def hpd(n, dtype, seed=0, shift=1.0):
-    rng = np.random.default_rng(seed)
-    m = rng.standard_normal((n, n))
-    if np.dtype(dtype).kind == "c":
-        m = m + 1j * rng.standard_normal((n, n))
-    return (m @ m.conj().T / n + shift * np.eye(n)).astype(dtype)
 
 
 def hermitian(n, dtype, seed=0):

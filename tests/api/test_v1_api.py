@@ -17,21 +17,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+from matrices import hpd, mesh_of
 
 import jaxmg
 
 TOL = dict(rtol=1e-9, atol=1e-11)
 #: 1.x's status words: 0 is the status code; the routine's info (potrs: potrf's) at 27.
 CODE, POTRF_INFO, SYEVD_INFO = 0, 27, 24
-
-
-def mesh_of(axis_type=AxisType.Explicit):
-    return jax.make_mesh((jax.device_count(),), ("x",), axis_types=(axis_type,))
-
-
-def hpd(n, seed=0):
-    m = np.random.default_rng(seed).standard_normal((n, n))
-    return m @ m.T / n + np.eye(n)
 
 
 def general(m, n, seed=1):

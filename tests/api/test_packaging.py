@@ -41,3 +41,23 @@ def test_no_direct_references_and_one_python():
         assert project(name)["requires-python"] == ">=3.11"
     cmake = (PACKAGES / "jaxmg-cuda" / "CMakeLists.txt").read_text()
     assert "find_package(Python 3.11 " in cmake
+
+
+def test_every_public_function_is_typed():
+    """Every function ``jaxmg`` exports states the types of its arguments and of its result
+    (and they resolve: ``typing.get_type_hints``)."""
+    import inspect
+    import typing
+
+    import jaxmg
+
+    missing = {}
+    for name in dir(jaxmg):
+        fn = getattr(jaxmg, name)
+        if name.startswith("_") or not inspect.isfunction(fn):
+            continue
+        hints = typing.get_type_hints(fn)
+        untyped = [p for p in inspect.signature(fn).parameters if p not in hints]
+        if untyped or "return" not in hints:
+            missing[name] = untyped + ([] if "return" in hints else ["return"])
+    assert not missing, missing

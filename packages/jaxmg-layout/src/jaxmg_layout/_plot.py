@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ._plan import CyclicPlan
@@ -10,7 +12,7 @@ from ._plan2d import BlockCyclic2D
 __all__ = ["plot_layout", "plot_layout_2d"]
 
 
-def plot_layout(N: int, ndev: int, T_A: int, *, figsize=None):
+def plot_layout(N: int, ndev: int, T_A: int, *, figsize: tuple[float, float] | None = None) -> Any:
     """Draw where every column of an ``N x N`` matrix goes in the block-cyclic layout.
 
     Top: JAX's block sharding, each column coloured by the device holding it. Bottom: every

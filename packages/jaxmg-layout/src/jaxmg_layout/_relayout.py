@@ -333,7 +333,7 @@ def _spec2(spec) -> P:
     return P(*(tuple(spec) + (None,) * (2 - len(spec))))
 
 
-def cyclic_1d_layout(a, T_A: int, *, sharding: NamedSharding | None = None):
+def cyclic_1d_layout(a: jax.Array, T_A: int, *, sharding: NamedSharding | None = None) -> jax.Array:
     """Relayout a sharded ``N x N`` matrix to the 1D block-cyclic layout of cuSolverMg.
 
     Args:
@@ -372,8 +372,8 @@ def cyclic_1d_layout(a, T_A: int, *, sharding: NamedSharding | None = None):
 
 
 def undo_cyclic_1d_layout(
-    a_bc, T_A: int, N: int | None = None, *, sharding: NamedSharding | None = None
-):
+    a_bc: jax.Array, T_A: int, N: int | None = None, *, sharding: NamedSharding | None = None
+) -> jax.Array:
     """Inverse of :func:`cyclic_1d_layout`: the ``N x N`` matrix in block sharding again.
 
     ``N`` left out (jaxmg 0.0.1's call ``undo_cyclic_1d_layout(a_bc, T_A)``) is read from the

@@ -13,6 +13,7 @@ called inside a user's ``shard_map`` (``*_no_shardmap``, ``*_shardmap_ctx``):
 from __future__ import annotations
 
 import functools
+from typing import Any, Literal, overload
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +21,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from . import _checks, _geometry, _v1_status
 from ._call import describe, layout, locate
+from ._checks import AnyMesh, Backend, Relayout, Result, Specs
 from ._derivatives import (
     CholeskyFactor,
     LUFactor,
@@ -142,22 +144,73 @@ def _consume(given, placed):
 # --- potrs, potri, syevd --------------------------------------------------------------------------
 
 
+# The return arity follows the flags (as ``jnp.linalg.qr``'s follows ``mode``): one overload each.
+@overload
 def potrs(
-    A,
-    b,
-    T_A=None,
-    mesh=None,
-    in_specs=None,
-    *positional,
-    matrix_specs=None,
-    return_status=False,
-    return_logdet=False,
-    cyclic_1d=False,
-    pad=True,
-    relayout="native",
-    backend=None,
-    donate=False,
-):
+    A: jax.Array,
+    b: jax.Array,
+    T_A: int | None = ...,
+    mesh: AnyMesh | None = ...,
+    in_specs: Specs | None = ...,
+    *,
+    return_status: Literal[False] = ...,
+    return_logdet: Literal[False] = ...,
+    **options: Any,
+) -> jax.Array: ...
+@overload
+def potrs(
+    A: jax.Array,
+    b: jax.Array,
+    T_A: int | None = ...,
+    mesh: AnyMesh | None = ...,
+    in_specs: Specs | None = ...,
+    *,
+    return_status: Literal[True],
+    return_logdet: Literal[False] = ...,
+    **options: Any,
+) -> tuple[jax.Array, jax.Array]: ...
+@overload
+def potrs(
+    A: jax.Array,
+    b: jax.Array,
+    T_A: int | None = ...,
+    mesh: AnyMesh | None = ...,
+    in_specs: Specs | None = ...,
+    *,
+    return_status: Literal[False] = ...,
+    return_logdet: Literal[True],
+    **options: Any,
+) -> tuple[jax.Array, jax.Array]: ...
+@overload
+def potrs(
+    A: jax.Array,
+    b: jax.Array,
+    T_A: int | None = ...,
+    mesh: AnyMesh | None = ...,
+    in_specs: Specs | None = ...,
+    *,
+    return_status: Literal[True],
+    return_logdet: Literal[True],
+    **options: Any,
+) -> tuple[jax.Array, jax.Array, jax.Array]: ...
+
+
+def potrs(
+    A: jax.Array,
+    b: jax.Array,
+    T_A: int | None = None,
+    mesh: AnyMesh | None = None,
+    in_specs: Specs | None = None,
+    *positional: Any,
+    matrix_specs: Specs | None = None,
+    return_status: bool = False,
+    return_logdet: bool = False,
+    cyclic_1d: bool = False,
+    pad: bool = True,
+    relayout: Relayout = "native",
+    backend: Backend = None,
+    donate: bool = False,
+) -> Result:
     """Solve ``A x = b`` for Hermitian positive definite ``A`` sharded over devices (Cholesky).
 
     Args:
@@ -280,18 +333,18 @@ def _potrs(A, b, T_A, mesh, in_specs, fn, v1, return_status, return_logdet, dona
 
 
 def potri(
-    A,
-    T_A=None,
-    mesh=None,
-    in_specs=None,
-    *positional,
-    return_status=False,
-    cyclic_1d=False,
-    pad=True,
-    relayout="native",
-    backend=None,
-    donate=False,
-):
+    A: jax.Array,
+    T_A: int | None = None,
+    mesh: AnyMesh | None = None,
+    in_specs: Specs | None = None,
+    *positional: Any,
+    return_status: bool = False,
+    cyclic_1d: bool = False,
+    pad: bool = True,
+    relayout: Relayout = "native",
+    backend: Backend = None,
+    donate: bool = False,
+) -> jax.Array | tuple[jax.Array, jax.Array]:
     """Invert a Hermitian positive definite ``A`` sharded over devices (Cholesky).
 
     Args:
@@ -326,21 +379,56 @@ def potri(
     return (inv, status) if return_status else inv
 
 
+@overload
 def syevd(
-    A,
-    T_A=None,
-    mesh=None,
-    in_specs=None,
-    *positional,
-    matrix_specs=None,
-    return_eigenvectors=True,
-    return_status=False,
-    cyclic_1d=False,
-    pad=True,
-    relayout="native",
-    backend=None,
-    donate=False,
-):
+    A: jax.Array,
+    T_A: int | None = ...,
+    mesh: AnyMesh | None = ...,
+    in_specs: Specs | None = ...,
+    *,
+    return_eigenvectors: Literal[True] = ...,
+    return_status: Literal[False] = ...,
+    **options: Any,
+) -> tuple[jax.Array, jax.Array]: ...
+@overload
+def syevd(
+    A: jax.Array,
+    T_A: int | None = ...,
+    mesh: AnyMesh | None = ...,
+    in_specs: Specs | None = ...,
+    *,
+    return_eigenvectors: Literal[False],
+    return_status: Literal[False] = ...,
+    **options: Any,
+) -> jax.Array: ...
+@overload
+def syevd(
+    A: jax.Array,
+    T_A: int | None = ...,
+    mesh: AnyMesh | None = ...,
+    in_specs: Specs | None = ...,
+    *,
+    return_eigenvectors: bool = ...,
+    return_status: Literal[True],
+    **options: Any,
+) -> tuple[jax.Array, ...]: ...
+
+
+def syevd(
+    A: jax.Array,
+    T_A: int | None = None,
+    mesh: AnyMesh | None = None,
+    in_specs: Specs | None = None,
+    *positional: Any,
+    matrix_specs: Specs | None = None,
+    return_eigenvectors: bool = True,
+    return_status: bool = False,
+    cyclic_1d: bool = False,
+    pad: bool = True,
+    relayout: Relayout = "native",
+    backend: Backend = None,
+    donate: bool = False,
+) -> Result:
     """Eigenvalues, and optionally eigenvectors, of a Hermitian ``A`` sharded over devices.
 
     Args:
@@ -404,7 +492,9 @@ def _syevd(A, T_A, mesh, in_specs, fn, v1, return_eigenvectors, return_status, d
     return out if len(out) > 1 else out[0]
 
 
-def potri_symmetrize(A):
+def potri_symmetrize(
+    A: jax.Array,
+) -> jax.Array:
     """The Hermitian matrix whose upper triangle is ``A``'s (jaxmg 0.0.x): ``triu(A) +
     triu(A, 1)^H``. jaxmg's :func:`potri` and :func:`potri_shardmap_ctx` already return the
     full inverse, which this leaves unchanged; kept for programs written for 0.0.x."""
@@ -421,17 +511,17 @@ def potri_symmetrize(A):
 
 
 def cho_factor(
-    A,
-    T_A=None,
-    mesh=None,
-    in_specs=None,
-    *positional,
-    cyclic_1d=False,
-    pad=True,
-    relayout="native",
-    backend=None,
-    donate=False,
-):
+    A: jax.Array,
+    T_A: int | None = None,
+    mesh: AnyMesh | None = None,
+    in_specs: Specs | None = None,
+    *positional: Any,
+    cyclic_1d: bool = False,
+    pad: bool = True,
+    relayout: Relayout = "native",
+    backend: Backend = None,
+    donate: bool = False,
+) -> CholeskyFactor:
     """Cholesky-factor a Hermitian positive definite ``A`` sharded over devices, for reuse.
 
     Args:
@@ -465,7 +555,12 @@ def _solve_shape(factor, b, fn):
     return _checks.rhs_shape(b, call.n, factor.factor.dtype, fn)
 
 
-def cho_solve(factor, b, *positional, return_status=False):
+def cho_solve(
+    factor: CholeskyFactor,
+    b: jax.Array,
+    *positional: Any,
+    return_status: bool = False,
+) -> jax.Array | tuple[jax.Array, jax.Array]:
     """Solve ``A x = b`` with a :class:`CholeskyFactor` of ``A`` (no refactorisation).
 
     Args:
@@ -492,17 +587,17 @@ def cho_solve(factor, b, *positional, return_status=False):
 
 
 def lu_factor(
-    A,
-    T_A=None,
-    mesh=None,
-    in_specs=None,
-    *positional,
-    cyclic_1d=False,
-    pad=True,
-    relayout="native",
-    backend=None,
-    donate=False,
-):
+    A: jax.Array,
+    T_A: int | None = None,
+    mesh: AnyMesh | None = None,
+    in_specs: Specs | None = None,
+    *positional: Any,
+    cyclic_1d: bool = False,
+    pad: bool = True,
+    relayout: Relayout = "native",
+    backend: Backend = None,
+    donate: bool = False,
+) -> LUFactor:
     """LU-factor (partial pivoting) a general square ``A`` sharded over devices, for reuse.
 
     Args:
@@ -536,21 +631,21 @@ _TRANS = {0: "N", 1: "T", 2: "C", "N": "N", "T": "T", "C": "C"}
 
 
 def lu_solve(
-    A,
-    b,
-    T_A=None,
-    mesh=None,
-    in_specs=None,
-    *positional,
-    matrix_specs=None,
-    trans=0,
-    return_status=False,
-    cyclic_1d=False,
-    pad=True,
-    relayout="native",
-    backend=None,
-    donate=False,
-):
+    A: jax.Array | LUFactor,
+    b: jax.Array,
+    T_A: int | None = None,
+    mesh: AnyMesh | None = None,
+    in_specs: Specs | None = None,
+    *positional: Any,
+    matrix_specs: Specs | None = None,
+    trans: int | str = 0,
+    return_status: bool = False,
+    cyclic_1d: bool = False,
+    pad: bool = True,
+    relayout: Relayout = "native",
+    backend: Backend = None,
+    donate: bool = False,
+) -> jax.Array | tuple[jax.Array, jax.Array]:
     """Solve ``A x = b`` for a general square ``A`` sharded over devices (LU, partial pivoting).
 
     ``A`` is either the matrix (factored by this call, as jaxmg 1.4.1's ``lu_solve``) or an

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
+from typing import Literal, TypeAlias
 
+import jax
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
@@ -29,6 +32,15 @@ GPU_TILE_MIN = 256
 
 
 RELAYOUTS = ("native", "jax")
+
+# The types of the public functions' arguments and results.
+AnyMesh: TypeAlias = jax.sharding.Mesh | jax.sharding.AbstractMesh
+#: ``in_specs`` / ``matrix_specs``: ``A``'s spec, or one per array argument.
+Specs: TypeAlias = P | Sequence[P | None]
+Relayout: TypeAlias = Literal["native", "jax"]
+Backend: TypeAlias = Literal["mg", "mp"] | None
+#: What a routine returns: one array, or a tuple of them (and its status) as its flags say.
+Result: TypeAlias = jax.Array | tuple[jax.Array, ...]
 
 
 BACKENDS = ("mg", "mp")

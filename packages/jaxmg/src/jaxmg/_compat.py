@@ -12,10 +12,12 @@ its last real tile; a tile at least ``N/ndev`` wide leaves the matrix as it is.
 from __future__ import annotations
 
 import numbers
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpy.typing
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import jaxmg_layout
@@ -54,7 +56,13 @@ def _sharded_axis(sharding: NamedSharding, fn: str) -> tuple[int, int]:
     return sharded[0][0], sharding.mesh.shape[sharded[0][1]]
 
 
-def cyclic_1d(a, T_A: int, mesh=None, in_specs=None, pad=True):
+def cyclic_1d(
+    a: jax.Array,
+    T_A: int,
+    mesh: jax.sharding.Mesh | jax.sharding.AbstractMesh | None = None,
+    in_specs: P | list[P] | tuple[P, ...] | None = None,
+    pad: bool = True,
+) -> jax.Array:
     """jaxmg 0.0.7's ``cyclic_1d``: ``a`` in the 1D block-cyclic layout (``cyclic_1d_layout``).
 
     Args:
@@ -109,7 +117,14 @@ def _ndev_and_axis(A_cyclic, ndev, axis):
     return (jax.device_count() if ndev is None else ndev), (0 if axis is None else axis)
 
 
-def verify_cyclic(A, A_cyclic, T_A: int, *, ndev: int | None = None, axis: int | None = None):
+def verify_cyclic(
+    A: np.typing.ArrayLike,
+    A_cyclic: np.typing.ArrayLike,
+    T_A: int,
+    *,
+    ndev: int | None = None,
+    axis: int | None = None,
+) -> None:
     """jaxmg 0.0.7's ``verify_cyclic``: assert that ``A_cyclic`` is ``A`` in the 1D
     block-cyclic layout with tile ``T_A``.
 
@@ -159,7 +174,7 @@ def verify_cyclic(A, A_cyclic, T_A: int, *, ndev: int | None = None, axis: int |
         )
 
 
-def manual_cyclic_1d_layout(a, T_A: int, ndev: int) -> jax.Array:
+def manual_cyclic_1d_layout(a: np.typing.ArrayLike, T_A: int, ndev: int) -> jax.Array:
     """jaxmg 0.0.1's ``manual_cyclic_1d_layout``: the 1D block-cyclic column layout of an
     unsharded ``a``, built on one device (a reference for ``cyclic_1d_layout``).
 
@@ -192,7 +207,7 @@ def manual_cyclic_1d_layout(a, T_A: int, ndev: int) -> jax.Array:
     return jnp.where(where >= 0, columns, jnp.zeros((), a.dtype))
 
 
-def plot_block_to_cyclic(N: int, T_A: int, ndev: int, N_rows: int = 8):
+def plot_block_to_cyclic(N: int, T_A: int, ndev: int, N_rows: int = 8) -> tuple[Any, np.ndarray]:
     """jaxmg 0.0.x's ``plot_block_to_cyclic``: a picture of the column-block sharding of an
     ``N x N`` matrix on ``ndev`` devices and of its 1D block-cyclic layout with tile ``T_A``.
 

@@ -44,6 +44,7 @@ rule on the first ``K`` columns (``dA_1 R_1^{-1}`` by a triangular solve with th
 from __future__ import annotations
 
 import functools
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -54,6 +55,7 @@ import jaxmg_cuda.mp
 
 from . import _api, _checks, _geometry, _products, _v1_status
 from ._call import engine_relays_blocks, locate
+from ._checks import AnyMesh, Backend, Result, Specs
 from ._local import _explicit, _placed
 
 _HIGHEST = jax.lax.Precision.HIGHEST
@@ -239,7 +241,15 @@ def _qr_native_jvp(geometry, T_A, primals, tangents):
     return (q, r, status), (dq, dr, np.zeros(status.shape, jax.dtypes.float0))
 
 
-def gels(A, b, mesh=None, in_specs=None, *positional, T_A=None, return_status=False):
+def gels(
+    A: jax.Array,
+    b: jax.Array,
+    mesh: AnyMesh | None = None,
+    in_specs: Specs | None = None,
+    *positional: Any,
+    T_A: int | None = None,
+    return_status: bool = False,
+) -> Result:
     """ScaLAPACK's p?gels on a sharded ``[M, N]`` ``A`` of full rank (backend ``"mp"`` on CPUs
     only): the least-squares solution of ``A x = b`` for ``M >= N``, the minimum-norm one for
     ``M < N``, through a QR (``M >= N``) or LQ factorisation.
@@ -653,16 +663,16 @@ def _qr_call(geometry, mode, T_A, a):
 
 
 def svd(
-    A,
-    full_matrices=False,
-    compute_uv=True,
-    T_A=None,
-    mesh=None,
-    in_specs=None,
-    *positional,
-    return_status=False,
-    backend=None,
-):
+    A: jax.Array,
+    full_matrices: bool = False,
+    compute_uv: bool = True,
+    T_A: int | None = None,
+    mesh: AnyMesh | None = None,
+    in_specs: Specs | None = None,
+    *positional: Any,
+    return_status: bool = False,
+    backend: Backend = None,
+) -> Result:
     """Singular value decomposition ``A = U diag(s) Vh`` of a sharded ``[M, N]`` matrix.
 
     Args:
@@ -765,19 +775,19 @@ def _give_up(donate, *arrays):
 
 
 def polar(
-    A,
-    T_A=None,
-    mesh=None,
-    in_specs=None,
-    *positional,
-    side="right",
-    compute_h=True,
-    matrix_specs=None,
-    return_status=False,
-    pad=True,
-    donate=False,
-    backend=None,
-):
+    A: jax.Array,
+    T_A: int | None = None,
+    mesh: AnyMesh | None = None,
+    in_specs: Specs | None = None,
+    *positional: Any,
+    side: Literal["right", "left"] = "right",
+    compute_h: bool = True,
+    matrix_specs: Specs | None = None,
+    return_status: bool = False,
+    pad: bool = True,
+    donate: bool = False,
+    backend: Backend = None,
+) -> Result:
     """The polar decomposition of a sharded ``[M, N]`` matrix, as ``scipy.linalg.polar``.
 
     ``side="right"``: ``A = U P`` with ``P`` ``[N, N]``; ``"left"``: ``A = P U`` with ``P``
@@ -807,16 +817,16 @@ def polar(
 
 
 def lstsq(
-    A,
-    b,
-    rcond=None,
-    T_A=None,
-    mesh=None,
-    in_specs=None,
-    *positional,
-    return_status=False,
-    backend=None,
-):
+    A: jax.Array,
+    b: jax.Array,
+    rcond: float | None = None,
+    T_A: int | None = None,
+    mesh: AnyMesh | None = None,
+    in_specs: Specs | None = None,
+    *positional: Any,
+    return_status: bool = False,
+    backend: Backend = None,
+) -> Result:
     """The least-squares solution of ``A x = b`` for a sharded ``[M, N]`` ``A``, as
     ``jnp.linalg.lstsq`` (jaxmg 1.x: ``least_squares``): full rank or rank-deficient.
 
@@ -862,18 +872,18 @@ def lstsq(
 
 
 def qr(
-    A,
-    T_A=None,
-    mesh=None,
-    in_specs=None,
-    *positional,
-    mode="reduced",
-    matrix_specs=None,
-    return_status=False,
-    pad=True,
-    donate=False,
-    backend=None,
-):
+    A: jax.Array,
+    T_A: int | None = None,
+    mesh: AnyMesh | None = None,
+    in_specs: Specs | None = None,
+    *positional: Any,
+    mode: Literal["reduced", "r"] = "reduced",
+    matrix_specs: Specs | None = None,
+    return_status: bool = False,
+    pad: bool = True,
+    donate: bool = False,
+    backend: Backend = None,
+) -> Result:
     """The QR decomposition ``A = Q R`` of a sharded ``[M, N]`` matrix.
 
     Args:

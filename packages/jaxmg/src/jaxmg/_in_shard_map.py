@@ -9,8 +9,13 @@ routine (:mod:`jaxmg._local`) right there, in the caller's ``shard_map``: no pro
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
+import jax
+
 from . import _checks, _geometry, _native, _v1
 from ._call import describe, layout
+from ._checks import Backend, Relayout, Result
 from ._local import (
     _hermitian_blocks_from_lower,
     _potri_local,
@@ -109,17 +114,17 @@ def _potrs_blocks(a, b, call):
 
 
 def potrs_no_shardmap(
-    a,
-    b,
-    T_A=None,
-    *positional,
-    cyclic_1d=False,
-    axis_name=None,
-    sharded_by="cols",
-    pad=True,
-    relayout="native",
-    backend=None,
-):
+    a: jax.Array,
+    b: jax.Array,
+    T_A: int | None = None,
+    *positional: Any,
+    cyclic_1d: bool = False,
+    axis_name: str | tuple[str, str] | None = None,
+    sharded_by: Literal["cols", "rows", "grid"] = "cols",
+    pad: bool = True,
+    relayout: Relayout = "native",
+    backend: Backend = None,
+) -> Result:
     """:func:`potrs` on local blocks, called inside the caller's ``jax.shard_map``.
 
     Args:
@@ -147,16 +152,16 @@ def potrs_no_shardmap(
 
 
 def potri_no_shardmap(
-    a,
-    T_A=None,
-    *positional,
-    cyclic_1d=False,
-    axis_name=None,
-    sharded_by="cols",
-    pad=True,
-    relayout="native",
-    backend=None,
-):
+    a: jax.Array,
+    T_A: int | None = None,
+    *positional: Any,
+    cyclic_1d: bool = False,
+    axis_name: str | tuple[str, str] | None = None,
+    sharded_by: Literal["cols", "rows", "grid"] = "cols",
+    pad: bool = True,
+    relayout: Relayout = "native",
+    backend: Backend = None,
+) -> Result:
     """:func:`potri` on local blocks inside ``jax.shard_map``; returns ``(inverse_block, status)``.
 
     The returned block is this device's block of the full Hermitian inverse, in the same form
@@ -175,17 +180,17 @@ def potri_no_shardmap(
 
 
 def syevd_no_shardmap(
-    a,
-    T_A=None,
-    *positional,
-    return_eigenvectors=True,
-    cyclic_1d=False,
-    axis_name=None,
-    sharded_by="cols",
-    pad=True,
-    relayout="native",
-    backend=None,
-):
+    a: jax.Array,
+    T_A: int | None = None,
+    *positional: Any,
+    return_eigenvectors: bool = True,
+    cyclic_1d: bool = False,
+    axis_name: str | tuple[str, str] | None = None,
+    sharded_by: Literal["cols", "rows", "grid"] = "cols",
+    pad: bool = True,
+    relayout: Relayout = "native",
+    backend: Backend = None,
+) -> Result:
     """:func:`syevd` on local blocks inside ``jax.shard_map``.
 
     Returns ``(w, v_block, status)`` with eigenvectors, else ``(w, status)``; ``w`` is the same
@@ -204,7 +209,13 @@ def syevd_no_shardmap(
 # --- jaxmg 0.0.x's names for the functions inside shard_map ---------------------------------------
 
 
-def potrs_shardmap_ctx(a, b, T_A=None, *args, **kwargs):
+def potrs_shardmap_ctx(
+    a: jax.Array,
+    b: jax.Array,
+    T_A: int | None = None,
+    *args: Any,
+    **kwargs: Any,
+) -> Result:
     """Two functions of one name, told apart by where they are called:
 
     - inside a ``jax.shard_map`` (jaxmg 0.0.x): ``potrs_shardmap_ctx(a, b, T_A=None, pad=True,
@@ -231,7 +242,15 @@ def _potrs_rows(a, b, T_A=None, pad=True, *, axis_name=None, relayout="native", 
     return _potrs_blocks(a, b, call)
 
 
-def potri_shardmap_ctx(a, T_A=None, pad=True, *, axis_name=None, relayout="native", backend=None):
+def potri_shardmap_ctx(
+    a: jax.Array,
+    T_A: int | None = None,
+    pad: bool = True,
+    *,
+    axis_name: str | tuple[str, str] | None = None,
+    relayout: Relayout = "native",
+    backend: Backend = None,
+) -> Result:
     """jaxmg 0.0.x's :func:`potri_no_shardmap` on a block of rows ``[N/ndev, N]``: returns
     ``(inverse_rows, status)``, this device's rows of the full Hermitian inverse (0.0.x
     returned only the upper triangle, for :func:`potri_symmetrize`, which leaves this
@@ -241,7 +260,12 @@ def potri_shardmap_ctx(a, T_A=None, pad=True, *, axis_name=None, relayout="nativ
     return _potri_local(call, a)
 
 
-def syevd_shardmap_ctx(a, T_A=None, *args, **kwargs):
+def syevd_shardmap_ctx(
+    a: jax.Array,
+    T_A: int | None = None,
+    *args: Any,
+    **kwargs: Any,
+) -> Result:
     """Two functions of one name, told apart by where they are called:
 
     - inside a ``jax.shard_map`` (jaxmg 0.0.x): ``syevd_shardmap_ctx(a, T_A=None,

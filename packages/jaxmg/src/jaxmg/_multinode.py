@@ -15,6 +15,8 @@ Memory per device is ``N^2 / local_device_count`` instead of ``N^2 / device_coun
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import jax
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec as P
@@ -22,7 +24,9 @@ from jax.sharding import Mesh, PartitionSpec as P
 from ._local import _placed
 
 
-def host_mesh(axis_names: tuple[str, str] = ("host", "x"), *, devices=None) -> Mesh:
+def host_mesh(
+    axis_names: tuple[str, str] = ("host", "x"), *, devices: Sequence[jax.Device] | None = None
+) -> Mesh:
     """A 2-D mesh ``[processes, local devices]``: row ``p`` holds process ``p``'s devices.
 
     Args:
@@ -46,7 +50,7 @@ def host_mesh(axis_names: tuple[str, str] = ("host", "x"), *, devices=None) -> M
     return Mesh(grid, tuple(axis_names))
 
 
-def gather_to_hosts(A, mesh: Mesh, axis: str | None = None):
+def gather_to_hosts(A: jax.Array, mesh: Mesh, axis: str | None = None) -> jax.Array:
     """``A`` resharded so that every process holds all of it, split over its own devices.
 
     Args:

@@ -19,12 +19,15 @@ and ``donate=True`` gives them up as in 1.x. docs/migration.md has the whole tab
 from __future__ import annotations
 
 import ctypes
+from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from . import _api, _checks, _v1_status
+from ._checks import AnyMesh, Backend, Result, Specs
 from ._decompositions import (
     _gels_call,
     _give_up,
@@ -41,20 +44,20 @@ from ._local import _placed
 
 
 def gesvd(
-    A,
-    T_A=None,
-    mesh=None,
-    in_specs=None,
-    *positional,
-    matrix_specs=None,
-    compute_u=True,
-    compute_vh=True,
-    full_matrices=False,
-    return_status=False,
-    pad=True,
-    donate=False,
-    backend=None,
-):
+    A: jax.Array,
+    T_A: int | None = None,
+    mesh: AnyMesh | None = None,
+    in_specs: Specs | None = None,
+    *positional: Any,
+    matrix_specs: Specs | None = None,
+    compute_u: bool = True,
+    compute_vh: bool = True,
+    full_matrices: bool = False,
+    return_status: bool = False,
+    pad: bool = True,
+    donate: bool = False,
+    backend: Backend = None,
+) -> Result:
     """jaxmg 1.x's SVD ``A = U diag(s) Vh`` of a sharded ``[M, N]`` matrix (:func:`jaxmg.svd`
     with 1.x's arguments).
 
@@ -88,18 +91,18 @@ def gesvd(
 
 
 def least_squares(
-    A,
-    b,
-    T_A=None,
-    mesh=None,
-    in_specs=None,
-    *positional,
-    matrix_specs=None,
-    return_status=False,
-    pad=True,
-    donate=False,
-    backend=None,
-):
+    A: jax.Array,
+    b: jax.Array,
+    T_A: int | None = None,
+    mesh: AnyMesh | None = None,
+    in_specs: Specs | None = None,
+    *positional: Any,
+    matrix_specs: Specs | None = None,
+    return_status: bool = False,
+    pad: bool = True,
+    donate: bool = False,
+    backend: Backend = None,
+) -> jax.Array | tuple[jax.Array, jax.Array]:
     """jaxmg 1.x's least-squares solution ``x = argmin ||A x - b||`` of a sharded ``[M, N]``
     ``A`` of full column rank, ``M >= N``.
 
@@ -170,17 +173,17 @@ def _global_call(fn, mesh, in_specs, matrix_specs, positional, pad):
 
 
 def potrs_global(
-    a,
-    b,
-    T_A=None,
-    mesh=None,
-    matrix_specs=None,
-    *positional,
-    in_specs=None,
-    return_logdet=False,
-    pad=True,
-    backend=None,
-):
+    a: jax.Array,
+    b: jax.Array,
+    T_A: int | None = None,
+    mesh: AnyMesh | None = None,
+    matrix_specs: Specs | None = None,
+    *positional: Any,
+    in_specs: Specs | None = None,
+    return_logdet: bool = False,
+    pad: bool = True,
+    backend: Backend = None,
+) -> Result:
     """jaxmg 1.x's ``potrs_shardmap_ctx``: :func:`jaxmg.potrs` on global arrays, ``a`` and
     ``b`` kept; returns ``(a_work, x, status)`` or ``(a_work, x, logdet, status)``."""
     fn = "jaxmg.potrs_shardmap_ctx"
@@ -191,16 +194,16 @@ def potrs_global(
 
 
 def syevd_global(
-    a,
-    T_A=None,
-    mesh=None,
-    matrix_specs=None,
-    *positional,
-    in_specs=None,
-    return_eigenvectors=True,
-    pad=True,
-    backend=None,
-):
+    a: jax.Array,
+    T_A: int | None = None,
+    mesh: AnyMesh | None = None,
+    matrix_specs: Specs | None = None,
+    *positional: Any,
+    in_specs: Specs | None = None,
+    return_eigenvectors: bool = True,
+    pad: bool = True,
+    backend: Backend = None,
+) -> Result:
     """jaxmg 1.x's ``syevd_shardmap_ctx``: :func:`jaxmg.syevd` on global arrays, ``a`` kept;
     returns ``(a_work, w, V, status)`` or ``(a_work, w, status)``."""
     fn = "jaxmg.syevd_shardmap_ctx"
@@ -212,8 +215,16 @@ def syevd_global(
 
 
 def lu_solve_shardmap_ctx(
-    a, b, T_A=None, mesh=None, matrix_specs=None, *positional, in_specs=None, pad=True, backend=None
-):
+    a: jax.Array,
+    b: jax.Array,
+    T_A: int | None = None,
+    mesh: AnyMesh | None = None,
+    matrix_specs: Specs | None = None,
+    *positional: Any,
+    in_specs: Specs | None = None,
+    pad: bool = True,
+    backend: Backend = None,
+) -> Result:
     """jaxmg 1.x's ``lu_solve_shardmap_ctx``: :func:`jaxmg.lu_solve` on global arrays, ``a``
     and ``b`` kept; returns ``(a_work, x, status)`` (``a_work`` is ``a``)."""
     fn = "jaxmg.lu_solve_shardmap_ctx"
@@ -224,8 +235,16 @@ def lu_solve_shardmap_ctx(
 
 
 def least_squares_shardmap_ctx(
-    a, b, T_A=None, mesh=None, matrix_specs=None, *positional, in_specs=None, pad=True, backend=None
-):
+    a: jax.Array,
+    b: jax.Array,
+    T_A: int | None = None,
+    mesh: AnyMesh | None = None,
+    matrix_specs: Specs | None = None,
+    *positional: Any,
+    in_specs: Specs | None = None,
+    pad: bool = True,
+    backend: Backend = None,
+) -> Result:
     """jaxmg 1.x's ``least_squares_shardmap_ctx``: :func:`least_squares` on global arrays,
     ``a`` and ``b`` kept; returns ``(a_work, b_work, x, status)``: ``a_work`` is ``a``, and
     ``b_work`` has ``b``'s shape with ``x`` in its first ``N`` rows (1.x's contract), zeros
@@ -239,8 +258,15 @@ def least_squares_shardmap_ctx(
 
 
 def qr_shardmap_ctx(
-    a, T_A=None, mesh=None, matrix_specs=None, *positional, in_specs=None, pad=True, backend=None
-):
+    a: jax.Array,
+    T_A: int | None = None,
+    mesh: AnyMesh | None = None,
+    matrix_specs: Specs | None = None,
+    *positional: Any,
+    in_specs: Specs | None = None,
+    pad: bool = True,
+    backend: Backend = None,
+) -> Result:
     """jaxmg 1.x's ``qr_shardmap_ctx``: :func:`jaxmg.qr` on global arrays, ``a`` kept; returns
     ``(Q, R, status)`` (as 1.x's, no work buffer)."""
     fn = "jaxmg.qr_shardmap_ctx"
@@ -251,16 +277,16 @@ def qr_shardmap_ctx(
 
 
 def polar_shardmap_ctx(
-    a,
-    T_A=None,
-    mesh=None,
-    matrix_specs=None,
-    *positional,
-    in_specs=None,
-    compute_h=True,
-    pad=True,
-    backend=None,
-):
+    a: jax.Array,
+    T_A: int | None = None,
+    mesh: AnyMesh | None = None,
+    matrix_specs: Specs | None = None,
+    *positional: Any,
+    in_specs: Specs | None = None,
+    compute_h: bool = True,
+    pad: bool = True,
+    backend: Backend = None,
+) -> Result:
     """jaxmg 1.x's ``polar_shardmap_ctx``: :func:`jaxmg.polar` on global arrays, ``a`` kept;
     returns ``(U, H, status)`` or ``(U, status)`` (as 1.x's, no work buffer)."""
     fn = "jaxmg.polar_shardmap_ctx"
@@ -273,18 +299,18 @@ def polar_shardmap_ctx(
 
 
 def gesvd_shardmap_ctx(
-    a,
-    T_A=None,
-    mesh=None,
-    matrix_specs=None,
-    *positional,
-    in_specs=None,
-    compute_u=True,
-    compute_vh=True,
-    full_matrices=False,
-    pad=True,
-    backend=None,
-):
+    a: jax.Array,
+    T_A: int | None = None,
+    mesh: AnyMesh | None = None,
+    matrix_specs: Specs | None = None,
+    *positional: Any,
+    in_specs: Specs | None = None,
+    compute_u: bool = True,
+    compute_vh: bool = True,
+    full_matrices: bool = False,
+    pad: bool = True,
+    backend: Backend = None,
+) -> Result:
     """jaxmg 1.x's ``gesvd_shardmap_ctx``: :func:`gesvd` on global arrays, ``a`` kept; returns
     ``(a_work, U, s, Vh, status)``, without ``U`` or ``Vh`` when not computed (``a_work`` is
     ``a``)."""

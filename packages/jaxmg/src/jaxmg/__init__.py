@@ -44,9 +44,15 @@ checks it, and that the list names every module of the package):
 - ``_products``: ring products of sharded matrices (no whole ``K x K`` on a device).
 - ``_programs``: the ``jax.shard_map`` programs, one per native routine.
 - ``_derivatives``: every derivative rule, the jitted calls that run them, the factor objects.
-- ``_api``: the public functions on global arrays, their checks and ``donate=``.
-- ``_decompositions``: ``svd``, ``polar``, ``lstsq`` and ``qr``, composed of ``_api``'s
-  routines and sharded products.
+- ``_api``: ``potrs``, ``potri``, ``syevd`` on global arrays, their checks and ``donate=``.
+- ``_factors``: ``cho_factor``/``cho_solve`` and ``lu_factor``/``lu_solve``.
+- ``_glue``: what the decompositions put between solver calls: where a rectangular ``A``
+  lives, the sharding of results, products placed by XLA.
+- ``_scalapack``: backend ``"mp"`` on CPUs: ScaLAPACK's own ``p?gesvd``, ``p?geqrf`` +
+  ``p?orgqr`` and ``p?gels``.
+- ``_svd``: the SVD from the Jordan-Wielandt eigenproblem, and ``polar`` and ``lstsq`` from it.
+- ``_qr``: QR by shifted CholeskyQR.
+- ``_decompositions``: ``svd``, ``polar``, ``lstsq`` and ``qr``: the public functions.
 - ``_v1``: the names only jaxmg 1.x has (``gesvd``, ``least_squares``, the
   ``*_shardmap_ctx`` functions on global arrays, ``device_supports_vmm``).
 - ``_in_shard_map``: the public functions inside a user's ``shard_map`` (``*_no_shardmap``,
@@ -67,10 +73,6 @@ from jaxmg_layout import (
 
 from . import utils as utils
 from ._api import (
-    cho_factor as cho_factor,
-    cho_solve as cho_solve,
-    lu_factor as lu_factor,
-    lu_solve as lu_solve,
     potri as potri,
     potri_symmetrize as potri_symmetrize,
     potrs as potrs,
@@ -91,6 +93,12 @@ from ._decompositions import (
 from ._derivatives import (
     CholeskyFactor as CholeskyFactor,
     LUFactor as LUFactor,
+)
+from ._factors import (
+    cho_factor as cho_factor,
+    cho_solve as cho_solve,
+    lu_factor as lu_factor,
+    lu_solve as lu_solve,
 )
 from ._in_shard_map import (
     potri_no_shardmap as potri_no_shardmap,

@@ -524,24 +524,6 @@ def _mp_processes(mesh, axes: tuple[str, ...], platform: str, fn: str) -> int:
     return ndev
 
 
-def in_shard_map() -> bool:
-    """Whether the caller runs inside a ``jax.shard_map`` (on local blocks)."""
-    mesh = jax.sharding.get_abstract_mesh()
-    return not mesh.empty and bool(mesh.manual_axes)
-
-
-def _enclosing_shard_map():
-    """``(abstract mesh, its manual axes)`` of the enclosing ``shard_map``, or an error."""
-    mesh = jax.sharding.get_abstract_mesh()
-    manual = mesh.manual_axes if not mesh.empty else ()
-    if not manual:
-        raise ValueError(
-            "no enclosing shard_map: the *_no_shardmap / *_shardmap_ctx functions must be "
-            "called inside jax.shard_map on local blocks (else call jaxmg.potrs/potri/syevd)."
-        )
-    return mesh, manual
-
-
 def _refuse_grid_on_mg(backend, row_axis: str, axis: str, what: str, fn: str) -> None:
     if backend == "mg":
         raise ValueError(
@@ -549,66 +531,3 @@ def _refuse_grid_on_mg(backend, row_axis: str, axis: str, what: str, fn: str) ->
             "backend='mp' (ScaLAPACK's 2D block-cyclic layout) solves on; backend='mg' "
             "(cuSolverMg, 1D) takes P(None, ax) or P(ax, None)."
         )
-
-
-def grid_from_abstract_mesh(axes, backend=None, fn: str = "jaxmg") -> Geometry:
-    """The geometry of local blocks of a matrix sharded ``P(r, c)`` over ``axes = (r, c)``,
-    inside a user's ``shard_map`` (backend ``"mp"`` only)."""
-    mesh, manual = _enclosing_shard_map()
-    for name in axes:
-        if name not in manual:
-            raise ValueError(
-                f"{fn}: axis_name={tuple(axes)!r} names {name!r}, which is not an axis of the "
-                f"enclosing shard_map (axes: {manual})."
-            )
-    row_axis, axis = axes
-    _refuse_grid_on_mg(backend, row_axis, axis, "the matrix", fn)
-    platform = _platform(mesh)
-    ndev = _mp_processes(mesh, (row_axis, axis), platform, fn)
-    unknown = (UNKNOWN_DEVICE,) * ndev
-    return Geometry(mesh, axis, "grid", ndev, platform, unknown, backend="mp", row_axis=row_axis)
-
-
-def from_abstract_mesh(
-    axis_name: str | None,
-    form: Form,
-    fits,
-    backend=None,
-    fn: str = "jaxmg",
-    cyclic: bool = False,
-) -> Geometry:
-    """The geometry inside a user's ``shard_map``, where only the abstract mesh is known.
-
-    ``axis_name=None`` picks the one mesh axis whose size ``fits(size)`` says the local block
-    is split over (jaxmg 0.0.x's ``*_shardmap_ctx`` functions took no axis name). ``cyclic``
-    as for :func:`resolve`.
-    """
-    mesh, manual = _enclosing_shard_map()
-    if axis_name is None:
-        names = [name for name in manual if fits(dict(mesh.shape)[name])]
-        if len(names) != 1:
-            raise ValueError(
-                f"cannot tell which axis of the enclosing shard_map (axes {manual}) the local "
-                "block is split over"
-                + (f" ({names} all fit)" if names else " (none fits its shape)")
-                + "; pass axis_name=."
-            )
-        axis_name = names[0]
-    if axis_name not in manual:
-        raise ValueError(
-            f"axis_name={axis_name!r} is not an axis of the enclosing shard_map (axes: "
-            f"{manual}); the *_no_shardmap functions must be called inside jax.shard_map on "
-            "local blocks."
-        )
-    platform = _platform(mesh)
-    backend = choose_backend(backend, mesh, axis_name, platform, cyclic=cyclic)
-    if backend == "jax":
-        return _dense_geometry(mesh, axis_name, form, platform)
-    if backend == "mp":
-        ndev = _mp_processes(mesh, (axis_name,), platform, fn)
-        return Geometry(
-            mesh, axis_name, form, ndev, platform, (UNKNOWN_DEVICE,) * ndev, backend="mp"
-        )
-    device_ids, job, pids = _abstract_participants(mesh, axis_name, platform)
-    check_device_count(len(device_ids), platform, axis_name)
-    return Geometry(mesh, axis_name, form, len(device_ids), platform, device_ids, job, pids)

@@ -2,7 +2,9 @@
 ``potrs_no_shardmap``, ``potri_no_shardmap``, ``syevd_no_shardmap`` and jaxmg 0.0.x's names
 for them (``*_shardmap_ctx``, blocks of rows).
 
-Each validates the local block and its arguments against the enclosing ``shard_map``'s mesh
+Here too is the geometry of local blocks, where only the enclosing ``shard_map``'s abstract mesh
+is known (:func:`_from_abstract_mesh`, :func:`_grid_from_abstract_mesh`). Each function
+validates the local block and its arguments against that mesh
 (:func:`_local_statics`, with the checks of :mod:`jaxmg._call`) and runs the local body of its
 routine (:mod:`jaxmg._local`) right there, in the caller's ``shard_map``: no program of its own.
 """
@@ -24,6 +26,90 @@ from ._local import (
 )
 
 # --- inside a user's shard_map --------------------------------------------------------------------
+
+
+def in_shard_map() -> bool:
+    """Whether the caller runs inside a ``jax.shard_map`` (on local blocks)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    return not mesh.empty and bool(mesh.manual_axes)
+
+
+def _enclosing_shard_map():
+    """``(abstract mesh, its manual axes)`` of the enclosing ``shard_map``, or an error."""
+    mesh = jax.sharding.get_abstract_mesh()
+    manual = mesh.manual_axes if not mesh.empty else ()
+    if not manual:
+        raise ValueError(
+            "no enclosing shard_map: the *_no_shardmap / *_shardmap_ctx functions must be "
+            "called inside jax.shard_map on local blocks (else call jaxmg.potrs/potri/syevd)."
+        )
+    return mesh, manual
+
+
+def _grid_from_abstract_mesh(axes, backend=None, fn: str = "jaxmg") -> _geometry.Geometry:
+    """The geometry of local blocks of a matrix sharded ``P(r, c)`` over ``axes = (r, c)``,
+    inside a user's ``shard_map`` (backend ``"mp"`` only)."""
+    mesh, manual = _enclosing_shard_map()
+    for name in axes:
+        if name not in manual:
+            raise ValueError(
+                f"{fn}: axis_name={tuple(axes)!r} names {name!r}, which is not an axis of the "
+                f"enclosing shard_map (axes: {manual})."
+            )
+    row_axis, axis = axes
+    _geometry._refuse_grid_on_mg(backend, row_axis, axis, "the matrix", fn)
+    platform = _geometry._platform(mesh)
+    ndev = _geometry._mp_processes(mesh, (row_axis, axis), platform, fn)
+    unknown = (_geometry.UNKNOWN_DEVICE,) * ndev
+    return _geometry.Geometry(
+        mesh, axis, "grid", ndev, platform, unknown, backend="mp", row_axis=row_axis
+    )
+
+
+def _from_abstract_mesh(
+    axis_name: str | None,
+    form: _geometry.Form,
+    fits,
+    backend=None,
+    fn: str = "jaxmg",
+    cyclic: bool = False,
+) -> _geometry.Geometry:
+    """The geometry inside a user's ``shard_map``, where only the abstract mesh is known.
+
+    ``axis_name=None`` picks the one mesh axis whose size ``fits(size)`` says the local block
+    is split over (jaxmg 0.0.x's ``*_shardmap_ctx`` functions took no axis name). ``cyclic``
+    as for :func:`resolve`.
+    """
+    mesh, manual = _enclosing_shard_map()
+    if axis_name is None:
+        names = [name for name in manual if fits(dict(mesh.shape)[name])]
+        if len(names) != 1:
+            raise ValueError(
+                f"cannot tell which axis of the enclosing shard_map (axes {manual}) the local "
+                "block is split over"
+                + (f" ({names} all fit)" if names else " (none fits its shape)")
+                + "; pass axis_name=."
+            )
+        axis_name = names[0]
+    if axis_name not in manual:
+        raise ValueError(
+            f"axis_name={axis_name!r} is not an axis of the enclosing shard_map (axes: "
+            f"{manual}); the *_no_shardmap functions must be called inside jax.shard_map on "
+            "local blocks."
+        )
+    platform = _geometry._platform(mesh)
+    backend = _geometry.choose_backend(backend, mesh, axis_name, platform, cyclic=cyclic)
+    if backend == "jax":
+        return _geometry._dense_geometry(mesh, axis_name, form, platform)
+    if backend == "mp":
+        ndev = _geometry._mp_processes(mesh, (axis_name,), platform, fn)
+        unknown = (_geometry.UNKNOWN_DEVICE,) * ndev
+        return _geometry.Geometry(mesh, axis_name, form, ndev, platform, unknown, backend="mp")
+    device_ids, job, pids = _geometry._abstract_participants(mesh, axis_name, platform)
+    _geometry.check_device_count(len(device_ids), platform, axis_name)
+    return _geometry.Geometry(
+        mesh, axis_name, form, len(device_ids), platform, device_ids, job, pids
+    )
 
 
 def _local_statics(
@@ -53,9 +139,7 @@ def _local_statics(
             return width * ndev == n
         return _checks.plan(n, ndev, T_A, fn).local_width == width
 
-    geometry = _geometry.from_abstract_mesh(
-        axis_name, sharded_by, fits, backend, fn, cyclic=bool(cyclic_1d)
-    )
+    geometry = _from_abstract_mesh(axis_name, sharded_by, fits, backend, fn, cyclic=bool(cyclic_1d))
     if geometry.backend == "mp":
         _native.load_mp(fn, geometry.platform)
     plan = layout(T_A, n, geometry, pad, routine, fn)
@@ -86,7 +170,7 @@ def _grid_local_statics(a, T_A, cyclic_1d, axis_name, relayout, pad, routine, fn
         raise ValueError(f"{fn}: cyclic_1d=True is a 1D layout; sharded_by='grid' takes blocks.")
     _checks.matrix_dtype(a, fn, argname="a")
     T_A = _checks.tile_size(T_A, fn)
-    geometry = _geometry.grid_from_abstract_mesh(tuple(axis_name), backend, fn)
+    geometry = _grid_from_abstract_mesh(tuple(axis_name), backend, fn)
     _native.load_mp(fn, geometry.platform)
     rows, cols = geometry.grid
     n = int(a.shape[0]) * rows
@@ -231,7 +315,7 @@ def potrs_shardmap_ctx(
 
     Neither form runs where the other belongs, so no call that works changes meaning.
     """
-    if not _geometry.in_shard_map():
+    if not in_shard_map():
         return _v1.potrs_global(a, b, T_A, *args, **kwargs)
     return _potrs_rows(a, b, T_A, *args, **kwargs)
 
@@ -279,7 +363,7 @@ def syevd_shardmap_ctx(
       backend=None)``, :func:`jaxmg.syevd` keeping ``a``; returns ``(a_work, w, V, status)``
       or ``(a_work, w, status)``, ``a_work`` being ``a`` and the status 1.x's vector.
     """
-    if not _geometry.in_shard_map():
+    if not in_shard_map():
         return _v1.syevd_global(a, T_A, *args, **kwargs)
     return _syevd_rows(a, T_A, *args, **kwargs)
 

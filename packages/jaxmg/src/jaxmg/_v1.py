@@ -26,21 +26,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from . import _api, _checks, _v1_status
+from . import _api, _checks, _factors, _v1_status
 from ._checks import AnyMesh, Backend, Result, Specs
-from ._decompositions import (
-    _gels_call,
-    _give_up,
-    _lstsq_call,
-    _mp_tile,
-    _native_mp,
-    _polar_of,
-    _qr_of,
-    _svd_of,
-    _v1_options,
-    _where,
-)
+from ._decompositions import _give_up, _polar_of, _qr_of, _svd_of, _v1_options
+from ._glue import _native_mp, _where
 from ._local import _placed
+from ._scalapack import _gels_call, _mp_tile
+from ._svd import _lstsq_call
 
 
 def gesvd(
@@ -230,7 +222,7 @@ def lu_solve_shardmap_ctx(
     fn = "jaxmg.lu_solve_shardmap_ctx"
     specs = _global_call(fn, mesh, in_specs, matrix_specs, positional, pad)
     options = dict(cyclic_1d=False, pad=pad, relayout="native", backend=backend)
-    x, status = _api._lu_solve(a, b, T_A, mesh, specs, fn, True, 0, True, False, **options)
+    x, status = _factors._lu_solve(a, b, T_A, mesh, specs, fn, True, 0, True, False, **options)
     return a, x, status
 
 

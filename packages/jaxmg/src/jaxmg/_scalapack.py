@@ -1,0 +1,156 @@
+"""Backend ``"mp"`` on CPUs: ScaLAPACK's own rectangular routines (``jaxmg_cuda.mp``).
+
+``p?gesvd`` for ``svd`` (``full_matrices=False``), ``polar`` and ``lstsq``; ``p?geqrf`` +
+``p?orgqr`` (``p?ungqr``) for ``qr``, with JAX's rule on the first ``K`` columns for its
+derivatives; ``p?gels`` as :func:`gels`. Each process's block of ``A`` goes to the engine as it
+is (the 1D forms and a process grid ``P(r, c)``); the results come back whole on every process,
+then are sharded like ``A``. On GPUs (cuSOLVERMp) these are not built: the compositions of
+:mod:`jaxmg._svd` and :mod:`jaxmg._qr` run.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import PartitionSpec as P
+
+import jaxmg_cuda.mp
+
+from . import _checks
+from ._checks import AnyMesh, Result, Specs
+from ._glue import (
+    _REPLICATED,
+    _glue,
+    _h,
+    _like_a,
+    _mm,
+    _native_mp,
+    _positive_diagonal,
+    _qr_tangents,
+    _svd_specs,
+    _where,
+)
+from ._local import _placed
+
+
+def _mp_grid(geometry):
+    """The process grid of ``A``'s blocks: ``P(r, c)``'s, ``P x 1`` by rows, ``1 x P`` by
+    columns."""
+    if geometry.form == "grid":
+        return geometry.grid
+    return (geometry.ndev, 1) if geometry.form == "rows" else (1, geometry.ndev)
+
+
+def _mp_tile(geometry, T_A, shape):
+    """The engine's square tile: ``T_A``, else 64 or the smaller side of a block."""
+    if T_A is not None:
+        return int(T_A)
+    rows, cols = _mp_grid(geometry)
+    return max(1, min(64, shape[0] // rows, shape[1] // cols))
+
+
+def _mp_call(geometry, wrapper, tile, a, *replicated):
+    """``wrapper`` (a ``jaxmg_cuda.mp`` rectangular target) on each process's block of ``a``
+    (transposed: the column-major block) and the ``replicated`` operands; every result comes
+    back whole and replicated, the status as a scalar last."""
+    m, n = a.shape
+    kw = dict(m=m, n=n, grid=_mp_grid(geometry), T_A=tile)
+
+    def body(block, *rest):
+        return wrapper(block.T, *rest, geometry.position(), **kw)
+
+    out = jax.shard_map(
+        body,
+        mesh=geometry.mesh,
+        in_specs=(geometry.spec,) + (_REPLICATED,) * len(replicated),
+        out_specs=P(),
+        check_vma=False,
+    )(a, *replicated)
+    return (*out[:-1], out[-1][0])
+
+
+def _svd_native(geometry, T_A, a):
+    u, s, vh, status = _mp_call(geometry, jaxmg_cuda.mp.gesvd, _mp_tile(geometry, T_A, a.shape), a)
+    specs = _svd_specs(geometry, u.shape, vh.shape)
+    return _placed(u, geometry.mesh, specs[0]), s, _placed(vh, geometry.mesh, specs[2]), status
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _qr_native(geometry, T_A, a):
+    """``(Q, R, status)`` of any ``[M, N]`` ``a`` by p?geqrf and p?orgqr (p?ungqr)."""
+    q, r, status = _mp_call(geometry, jaxmg_cuda.mp.qr, _mp_tile(geometry, T_A, a.shape), a)
+    q, r = _positive_diagonal(q, r)
+    q = _placed(q, geometry.mesh, _like_a(geometry, q.shape))
+    return q, _placed(r, geometry.mesh, _like_a(geometry, r.shape)), status
+
+
+@_qr_native.defjvp
+def _qr_native_jvp(geometry, T_A, primals, tangents):
+    """:func:`_qr_jvp`'s rule on the first ``K`` columns, ``A_1 = Q R_1`` (``R_1`` replicated
+    and small: ``dA_1 R_1^{-1}`` by a triangular solve); for ``M < N`` the rest of ``R``,
+    ``R_2 = Q^H A_2``, by the product rule."""
+    (a,), (da,) = primals, tangents
+    q, r, status = _qr_native(geometry, T_A, a)
+    m, n = a.shape
+    k = min(m, n)
+
+    def rule(q, r, a, da):
+        r1 = r[:, :k]
+        da_rinv = jax.scipy.linalg.solve_triangular(r1, da[:, :k].T, trans="T", lower=False).T
+        dq, dr = _qr_tangents(q, r1, da_rinv)
+        if n > m:
+            dr = jnp.concatenate([dr, _mm(_h(dq), a[:, m:]) + _mm(_h(q), da[:, m:])], axis=1)
+        return dq, dr
+
+    specs = (_like_a(geometry, q.shape), _like_a(geometry, r.shape))
+    dq, dr = _glue(geometry, specs, rule, q, r, a, da)
+    return (q, r, status), (dq, dr, np.zeros(status.shape, jax.dtypes.float0))
+
+
+def gels(
+    A: jax.Array,
+    b: jax.Array,
+    mesh: AnyMesh | None = None,
+    in_specs: Specs | None = None,
+    *positional: Any,
+    T_A: int | None = None,
+    return_status: bool = False,
+) -> Result:
+    """ScaLAPACK's p?gels on a sharded ``[M, N]`` ``A`` of full rank (backend ``"mp"`` on CPUs
+    only): the least-squares solution of ``A x = b`` for ``M >= N``, the minimum-norm one for
+    ``M < N``, through a QR (``M >= N``) or LQ factorisation.
+
+    Args:
+      A: as for :func:`svd`, also over a process grid ``P(r, c)`` (``M`` divisible by ``r``,
+        ``N`` by ``c``).
+      b: ``[M]`` or ``[M, K]``, ``A``'s dtype (replicated for the solve).
+      T_A: the engine's square tile (default: 64, or the smaller side of a block).
+      return_status: also return the status: 0, or ``k > 0`` when the ``k``-th diagonal entry
+        of the triangular factor is exactly zero (``x`` is then NaN). A nearly rank-deficient
+        ``A`` is not detected: its ``x`` is large and inaccurate; use :func:`lstsq`, which
+        drops the small singular values.
+
+    Returns ``x`` (``[N]`` or ``[N, K]``, replicated), and the status. No derivatives.
+    """
+    fn = "jaxmg.gels"
+    _checks.keyword_only(fn, positional, "T_A or return_status, e.g. return_status=True")
+    geometry, dtype = _where(A, mesh, in_specs, "mp", fn)
+    if not _native_mp(geometry):
+        raise ValueError(f"{fn}: p?gels runs on CPUs only (ScaLAPACK); use jaxmg.lstsq on GPUs.")
+    m, n = A.shape
+    b_shape = _checks.rhs_shape(b, m, dtype, fn)
+    T_A = _checks.tile_size(T_A, fn)
+    a = _placed(A, geometry.mesh, geometry.spec)
+    b2 = _placed(jnp.reshape(b, (m, -1)), geometry.mesh, _REPLICATED)
+    x, status = _gels_call(geometry, _mp_tile(geometry, T_A, (m, n)), a, b2)
+    x = x[:, 0] if len(b_shape) == 1 else x
+    return (x, status) if return_status else x
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _gels_call(geometry, tile, a, b):
+    return _mp_call(geometry, jaxmg_cuda.mp.gels, tile, a, b)

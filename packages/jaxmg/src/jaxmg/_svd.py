@@ -1,0 +1,250 @@
+"""The SVD of a sharded matrix as the Hermitian eigenproblem of the Jordan-Wielandt matrix
+``B = [[0, A], [A^H, 0]]`` (``syevd`` of ``M + N`` columns), and ``polar`` and ``lstsq`` from
+it.
+
+``B``'s eigenvalues are ``±σ_i`` (and ``|M - N|`` zeros), the eigenvector of ``+σ_i`` is ``(u_i;
+v_i) / sqrt(2)``. ``syevd`` is backward stable, so the singular values carry LAPACK's absolute
+error (``O(ε ||A||)``) whatever the condition number, and each singular vector the error of its
+gap, as ``gesvd``'s; a Newton-Schulz step in ring products (:mod:`jaxmg._products`) polishes
+the vectors. The price: ``8x`` the eigensolver's work of an ``N x N`` problem, and a matrix of
+``(M + N)^2`` elements. ``polar``: ``U = U_s Vh``, ``H = V diag(s) Vh``; ``lstsq``: the
+pseudo-inverse, singular values below ``rcond * s[0]`` dropped (``jnp.linalg.lstsq``'s rule).
+Derivatives: JAX's rule for distinct singular values (``full_matrices=False``), written with
+sharded products; ``polar`` and ``lstsq`` differentiate through it.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import PartitionSpec as P
+
+from . import _api, _products
+from ._glue import (
+    _REPLICATED,
+    _engine,
+    _finite_status,
+    _glue,
+    _h,
+    _like_a,
+    _mm,
+    _native_mp,
+    _svd_specs,
+    _transposed,
+    _whole,
+)
+from ._local import _placed
+from ._scalapack import (
+    _svd_native,
+)
+
+
+def _jordan_wielandt(a, pad):
+    """``B = [[0, A], [A^H, 0]]``, padded with ``pad`` rows and columns whose diagonal lies
+    below ``-2 ||A||_F``, so that their eigenvectors (unit vectors) come first and never mix
+    with ``A``'s."""
+    m, n = a.shape
+    top = jnp.concatenate([jnp.zeros((m, m), a.dtype), a], axis=1)
+    bottom = jnp.concatenate([_h(a), jnp.zeros((n, n), a.dtype)], axis=1)
+    b = jnp.concatenate([top, bottom], axis=0)
+    if pad:
+        norm = jnp.linalg.norm(a)
+        below = -jnp.where(norm > 0, 2 * norm, 1).astype(a.dtype)
+        diagonal = jnp.concatenate([jnp.zeros(m + n, a.dtype), jnp.full(pad, below)])
+        b = jnp.pad(b, ((0, pad), (0, pad))) + jnp.diag(diagonal)
+    return b
+
+
+def _singular_pairs(w, v, *, m, n, pad):
+    """``U``, ``s``, ``V`` (columns scaled to unit norm) and which singular values determine
+    their vectors, from the eigenpairs of the Jordan-Wielandt matrix, ascending: the
+    padding's, ``-σ`` (``K`` of them), ``|M - N|`` zeros, ``+σ`` (``K``).
+
+    An eigenvector of ``+σ`` that the eigensolver mixed with the one of ``-σ`` (a gap of
+    ``2σ``, tiny for a small ``σ``) still has its ``u`` and ``v`` halves parallel to the true
+    ones, only not of norm ``1/sqrt(2)``: the scaling undoes that. Singular values at rounding
+    level of ``s[0]`` (a rank-deficient ``A``) determine nothing: their vectors are any of a
+    null space the eigensolver mixes freely."""
+    k = min(m, n)
+    positive = v[:, pad + m + n - k :][:, ::-1]
+    s = jnp.maximum(w[pad + m + n - k :][::-1], 0)
+    u, vv = positive[:m], positive[m : m + n]
+    determined = s > max(m, n) * jnp.finfo(s.dtype).eps * s[0]
+    return _unit_columns(u), s, _unit_columns(vv), determined
+
+
+def _unit_columns(x):
+    norms = jnp.linalg.norm(x, axis=0, keepdims=True)
+    return x / jnp.where(norms > 0, norms, 1).astype(x.dtype)
+
+
+def _polished(x, determined, geometry, spec):
+    """Two Newton-Schulz steps on the ``determined`` columns of ``x``: mixing of an
+    eigenvector with other pairs' leaves ``X^H X`` off the identity by ``O(ε ||A|| / gap)``,
+    which each step squares. The other columns take no part, so that they cannot spoil the
+    determined ones. Sharded ``x``: ring products (:mod:`jaxmg._products`); replicated: XLA's."""
+    if spec != _REPLICATED:
+        return _products.newton_schulz(x, determined, geometry.mesh, spec)
+
+    def steps(x, keep):
+        kept = jnp.where(keep[None, :], x, 0)
+        eye = jnp.eye(x.shape[1], dtype=x.dtype)
+        for _ in range(2):
+            kept = kept + _mm(kept, eye - _mm(_h(kept), kept)) / 2
+        return jnp.where(keep[None, :], kept, x)
+
+    return _glue(geometry, _REPLICATED, steps, x, determined)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _svd_program(geometry, T_A, full, a):
+    """``(U, s, Vh, status)`` of ``a`` (``full``: ``U`` is ``M x M`` and ``Vh`` ``N x N``)."""
+    m, n = a.shape
+    k = min(m, n)
+    pad = -(m + n) % geometry.ndev
+    b = _glue(geometry, geometry.spec, functools.partial(_jordan_wielandt, pad=pad), a)
+    w, v, status = _api.syevd(
+        b,
+        T_A=T_A,
+        mesh=geometry.mesh,
+        in_specs=geometry.spec,
+        return_status=True,
+        backend=_engine(geometry),
+    )
+    u_spec, _, vh_spec = _svd_specs(geometry, (m, k), (k, n))
+    v_spec = _transposed(vh_spec)
+    pairs = functools.partial(_singular_pairs, m=m, n=n, pad=pad)
+    u, s, vv, determined = _glue(geometry, (u_spec, P(None), v_spec, P(None)), pairs, w, v)
+    u = _polished(u, determined, geometry, u_spec)
+    vv = _polished(vv, determined, geometry, v_spec)
+    specs = _svd_specs(geometry, (m, m if full else k), (n if full else k, n))
+
+    def finish(u, vv, v):
+        if full and m > n:  # the zeros' eigenvectors are (u; 0), u spanning range(A)^⊥
+            u = jnp.concatenate([u, v[:m, pad + k : pad + m]], axis=1)
+        if full and n > m:
+            vv = jnp.concatenate([vv, v[m : m + n, pad + k : pad + n]], axis=1)
+        return u, _h(vv)
+
+    u, vh = _glue(geometry, (specs[0], specs[2]), finish, u, vv, v)
+    return u, s, vh, status
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _svd(geometry, T_A, a):
+    if _native_mp(geometry):
+        return _svd_native(geometry, T_A, a)
+    return _svd_program(geometry, T_A, False, a)
+
+
+@_svd.defjvp
+def _svd_jvp(geometry, T_A, primals, tangents):
+    (a,), (da,) = primals, tangents
+    u, s, vh, status = _svd(geometry, T_A, a)
+    specs = _svd_specs(geometry, u.shape, vh.shape)
+    du, ds, dvh = _glue(geometry, specs, _svd_tangents, u, s, vh, da)
+    return (u, s, vh, status), (du, ds, dvh, np.zeros(status.shape, jax.dtypes.float0))
+
+
+def _svd_tangents(u, s, vh, da):
+    """JAX's rule for ``jnp.linalg.svd(a, full_matrices=False)`` (distinct singular values)."""
+    m, n = da.shape
+    v = _h(vh)
+    ds_full = _mm(_mm(_h(u), da), v)
+    ds = jnp.real(jnp.diagonal(ds_full))
+    row = s[None, :]
+    diffs = (row + row.T) * (row - row.T)
+    eye = jnp.eye(s.shape[0], dtype=s.dtype)
+    f = 1 / (diffs + eye) - eye
+    dss = row.astype(da.dtype) * ds_full
+    sds = row.T.astype(da.dtype) * ds_full
+    zero = s == 0
+    s_inv = jnp.where(zero, 0, 1 / jnp.where(zero, 1, s))
+    du_dv_diag = 0.5 * (ds_full - _h(ds_full)) * jnp.diag(s_inv).astype(da.dtype)
+    du = _mm(u, f * (dss + _h(dss)) + du_dv_diag)
+    dv = _mm(v, f * (sds + _h(sds)))
+    if m > n:
+        du = du + _mm(da - _mm(u, _mm(_h(u), da)), v) / row.astype(da.dtype)
+    if n > m:
+        dv = dv + _mm(_h(da) - _mm(v, _mm(vh, _h(da))), u) / row.astype(da.dtype)
+    return du, ds, _h(dv)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
+def _svd_call(geometry, T_A, full, compute_uv, a):
+    if geometry.backend == "jax":
+        a = _whole(a, geometry)
+        if not compute_uv:
+            s = jnp.linalg.svd(a, compute_uv=False)
+            return None, s, None, _finite_status(s)
+        u, s, vh = jnp.linalg.svd(a, full_matrices=full)
+        specs = _svd_specs(geometry, u.shape, vh.shape)
+        u, vh = _placed(u, geometry.mesh, specs[0]), _placed(vh, geometry.mesh, specs[2])
+        return u, s, vh, _finite_status(s)
+    if full:
+        u, s, vh, status = _svd_full(geometry, T_A, a)
+    else:
+        u, s, vh, status = _svd(geometry, T_A, a)
+    return (u, s, vh, status) if compute_uv else (None, s, None, status)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _svd_full(geometry, T_A, a):
+    return _svd_program(geometry, T_A, True, a)
+
+
+@_svd_full.defjvp
+def _svd_full_jvp(geometry, T_A, primals, tangents):
+    raise NotImplementedError(
+        "jaxmg.svd: derivatives of full_matrices=True are not defined (the completion of U or "
+        "V is not unique), as for jnp.linalg.svd; use full_matrices=False."
+    )
+
+
+def _polar_factors(u_s, s, vh, side):
+    u = _mm(u_s, vh)
+    if side == "right":
+        p = _mm(_h(vh) * s.astype(u.dtype)[None, :], vh)
+    else:
+        p = _mm(u_s * s.astype(u.dtype)[None, :], _h(u_s))
+    return u, (p + _h(p)) / 2
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _polar_call(geometry, T_A, side, a):
+    if geometry.backend == "jax":
+        a = _whole(a, geometry)
+        u, p = jax.scipy.linalg.polar(a, side=side, method="svd")
+        p = (p + _h(p)) / 2
+        u = _placed(u, geometry.mesh, _like_a(geometry, u.shape))
+        return u, _placed(p, geometry.mesh, _like_a(geometry, p.shape)), _finite_status(p)
+    u_s, s, vh, status = _svd(geometry, T_A, a)
+    m, n = a.shape
+    p_shape = (n, n) if side == "right" else (m, m)
+    specs = (_like_a(geometry, a.shape), _like_a(geometry, p_shape))
+    u, p = _glue(geometry, specs, functools.partial(_polar_factors, side=side), u_s, s, vh)
+    return u, p, status
+
+
+def _pseudo_inverse_solve(u, s, vh, a, b, rcond):
+    mask = (s > 0) & (s >= rcond * s[0])
+    safe = jnp.where(mask, s, 1).astype(a.dtype)
+    s_inv = jnp.where(mask, 1 / safe, 0)[:, None]
+    x = _mm(_h(vh), s_inv * _mm(_h(u), b))
+    resid = jnp.linalg.norm(b - _mm(a, x), axis=0) ** 2
+    return x, resid, mask.sum()
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _lstsq_call(geometry, T_A, a, b, rcond):
+    if geometry.backend == "jax":
+        a = _whole(a, geometry)
+        x, resid, rank, s = jnp.linalg.lstsq(a, b, rcond=rcond)
+        return x, resid, rank, s, _finite_status(s)
+    u, s, vh, status = _svd(geometry, T_A, a)
+    specs = (_REPLICATED, P(None), P())
+    x, resid, rank = _glue(geometry, specs, _pseudo_inverse_solve, u, s, vh, a, b, rcond)
+    return x, resid, rank, s, status

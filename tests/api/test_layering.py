@@ -1,12 +1,13 @@
-"""The facade's modules import in one direction: the order ``jaxmg/__init__.py`` declares.
+"""The facade's modules import in one direction: the order docs/architecture.md declares.
 
-The package's docstring lists its modules bottom-up; a module may import only modules listed
-before it, so that there is no import cycle. Read from the source with ``ast``, without
+docs/architecture.md lists the package's modules bottom-up; a module may import only modules
+listed before it, so that there is no import cycle. Read from the source with ``ast``, without
 importing jaxmg, every import counts, module-level or inside a function.
 """
 
 import ast
 import importlib.util
+import pathlib
 import re
 from pathlib import Path
 
@@ -27,16 +28,20 @@ def _modules(package_dir: Path) -> dict[str, str]:
     return {p.stem: p.read_text() for p in sorted(package_dir.glob("*.py"))}
 
 
-def _declared_order(init_source: str) -> list[str]:
-    """The module names of the docstring's list after "Modules, bottom-up", in order."""
-    doc = ast.get_docstring(ast.parse(init_source)) or ""
-    _, found, rest = doc.partition("Modules, bottom-up")
-    assert found, "jaxmg/__init__.py's docstring has no 'Modules, bottom-up' list"
+ARCHITECTURE = pathlib.Path(__file__).parents[2] / "docs" / "architecture.md"
+
+
+def _declared_order(text: str | None = None) -> list[str]:
+    """The module names of docs/architecture.md's list under "Modules, bottom-up" (or of
+    ``text``), in order."""
+    text = ARCHITECTURE.read_text() if text is None else text
+    _, found, rest = text.partition("### Modules, bottom-up")
+    assert found, "docs/architecture.md has no 'Modules, bottom-up' list"
     order = []
-    for line in rest.splitlines():
-        if line.startswith("- ``"):
+    for line in rest.split("\n#", 1)[0].splitlines():
+        if line.startswith("- `"):
             names = line.split(": ", 1)[0]  # the names come before the description
-            order += re.findall(r"``(\w+)``", names)
+            order += re.findall(r"`(\w+)`", names)
     return order
 
 
@@ -100,17 +105,17 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_declared_order_lists_every_module_once():
     modules = _modules(_package_dir())
-    order = _declared_order(modules["__init__"])
+    order = _declared_order()
     assert len(order) == len(set(order)), f"listed twice: {order}"
     assert set(order) == set(modules), (
-        f"jaxmg/__init__.py's docstring lists {sorted(set(order) - set(modules))} that do not "
+        f"docs/architecture.md lists {sorted(set(order) - set(modules))} that do not "
         f"exist and misses {sorted(set(modules) - set(order))}: give every module its place"
     )
 
 
 def test_every_import_goes_down_the_declared_order():
     modules = _modules(_package_dir())
-    assert _against_order(modules, _declared_order(modules["__init__"])) == []
+    assert _against_order(modules, _declared_order()) == []
 
 
 def test_the_package_has_no_import_cycle():
@@ -139,7 +144,5 @@ def test_the_checks_see_an_import_upwards_and_a_cycle():
         assert _cycles(graph) == [["_high", "_low", "_high"]], spelling
     modules = {"_low": "import jaxmg\nimport jaxmg_layout", "_high": "", "__init__": ""}
     assert _imports(modules["_low"], modules) == {"__init__"}
-    assert _declared_order('"""x\n\nModules, bottom-up:\n\n- ``_a`` and ``_b``: ``c``\n"""') == [
-        "_a",
-        "_b",
-    ]
+    text = "x\n\n### Modules, bottom-up\n\n- `_a` and `_b`: `c`\n\n## Next\n\n- `_d`: e\n"
+    assert _declared_order(text) == ["_a", "_b"]

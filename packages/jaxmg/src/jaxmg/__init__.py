@@ -27,39 +27,7 @@ of jaxmg's warnings) remain for programs and tests written for it.
 
 Importing jaxmg changes no global JAX setting.
 
-Modules, bottom-up: each imports only modules above it in this list (tests/api/test_layering.py
-checks it, and that the list names every module of the package):
-
-- ``utils``: jaxmg 0.0.x's ``random_psd``, and ``JaxMgWarning``.
-- ``_checks``: the argument checks and tile rules every public function runs first.
-- ``_processes``: which processes drive a call's devices, and what they agreed on.
-- ``_dense``: backend ``"jax"``, JAX's own dense solvers behind the engines' wrappers.
-- ``_geometry``: where ``A`` lives: mesh, axis, sharding form, devices, backend.
-- ``_v1_status``: jaxmg 1.x's status vector, built from jaxmg's status.
-- ``_native``: the engines' wrappers (cuSolverMg or its twin, the distributed engine, ``_dense``).
-- ``_call``: one call's description (``Call``: tile, size, layout, geometry, caller) and the
-  route of its local blocks to the native target and back.
-- ``_compat``: jaxmg 0.0.x's layout helpers.
-- ``_local``: placing arrays; inside ``shard_map``: cross-device fills, local bodies.
-- ``_products``: ring products of sharded matrices (no whole ``K x K`` on a device).
-- ``_programs``: the ``jax.shard_map`` programs, one per native routine.
-- ``_derivatives``: every derivative rule, the jitted calls that run them, the factor objects.
-- ``_api``: ``potrs``, ``potri``, ``syevd`` on global arrays, their checks and ``donate=``.
-- ``_factors``: ``cho_factor``/``cho_solve`` and ``lu_factor``/``lu_solve``.
-- ``_glue``: what the decompositions put between solver calls: where a rectangular ``A``
-  lives, the sharding of results, products placed by XLA.
-- ``_scalapack``: backend ``"mp"`` on CPUs: ScaLAPACK's own ``p?gesvd``, ``p?geqrf`` +
-  ``p?orgqr`` and ``p?gels``.
-- ``_svd``: the SVD from the Jordan-Wielandt eigenproblem, and ``polar`` and ``lstsq`` from it.
-- ``_qr``: QR by shifted CholeskyQR.
-- ``_decompositions``: ``svd``, ``polar``, ``lstsq`` and ``qr``: the public functions.
-- ``_v1``: the names only jaxmg 1.x has (``gesvd``, ``least_squares``, the
-  ``*_shardmap_ctx`` functions on global arrays, ``device_supports_vmm``).
-- ``_in_shard_map``: the public functions inside a user's ``shard_map`` (``*_no_shardmap``,
-  ``*_shardmap_ctx``).
-- ``_multinode``: ``host_mesh`` and ``gather_to_hosts``.
-- ``__init__``: this list of re-exports.
-- ``_demo`` and ``__main__``: ``python -m jaxmg demo``.
+How the package is built, module by module: docs/architecture.md.
 """
 
 from jaxmg_layout import (

@@ -411,7 +411,7 @@ class CudaBackend final : public Backend {
     return {};
   }
 
-  // --- the leader of a multi-process call. NOT YET RUN ON GPU HARDWARE. ---
+  // --- the leader of a multi-process call ---
 
   Outcome AllocateOn(int device, size_t bytes, void** out, Keep* keep) override {
     DeviceGuard guard(api_);

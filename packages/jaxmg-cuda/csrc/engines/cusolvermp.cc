@@ -1,6 +1,5 @@
 // cuSOLVERMp over NCCL (cusolvermp.h): the libraries, the process's communicators, handle and
 // grids, and one call on this process's local array.
-// NOT YET RUN ON GPU HARDWARE (cusolvermp.h).
 #include "engines/cusolvermp.h"
 
 #include <dlfcn.h>

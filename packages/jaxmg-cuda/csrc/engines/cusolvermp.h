@@ -3,9 +3,9 @@
 // own local array (SPMD), the twin of scalapack.h's engine: the same operands, the same 2D
 // block-cyclic local arrays, the same results.
 //
-// NOT YET RUN ON GPU HARDWARE. CI checks its declarations against NVIDIA's headers and
-// libraries (nox -s cuda_abi) and runs it under mpiexec against an emulator of the CUDA
-// runtime, NCCL and cuSOLVERMp built on ScaLAPACK (tests/native/fake_cuda); no GPU has run it.
+// CI checks its declarations against NVIDIA's headers and libraries (nox -s cuda_abi) and
+// runs it under mpiexec against an emulator of the CUDA runtime, NCCL and cuSOLVERMp built on
+// ScaLAPACK (tests/native/fake_cuda). What has run on GPU hardware: docs/gpu.md.
 //
 // What differs from the CPU engine:
 //  - Order: no agreement is needed. XLA runs a GPU program's custom calls in program order on

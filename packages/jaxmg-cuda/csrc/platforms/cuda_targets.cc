@@ -1,11 +1,7 @@
 // The CUDA platform of the FFI handlers (ffi/handlers.cc): a participant's own GPU, on XLA's
 // stream, and the leader's cuSolverMg (engines/cusolvermg.cc).
-// On GPU hardware: the single-process path has run on one NVIDIA H100 (through XLA and through
-// RunCudaOnHost; the multi-device cases with that GPU listed several times). NOT YET RUN ON GPU
-// HARDWARE: two or more distinct GPUs (peer access, copies between GPUs), and the multi-process
-// mode (CUDA IPC: Share below, the leader's side in engines/cusolvermg.cc). In CI (no GPU) this
-// layer compiles, its lowering is tested on CPU and its body runs against an emulator of the
-// CUDA runtime and cuSolverMg (RunCudaOnHost, testing/cuda_testing.cc; tests/native/fake_cuda).
+// What has run on GPU hardware: docs/gpu.md. In CI (no GPU) this layer compiles, its lowering
+// is tested on CPU and its body runs against an emulator of the CUDA runtime and cuSolverMg (RunCudaOnHost, testing/cuda_testing.cc; tests/native/fake_cuda).
 #include "platforms/cuda_targets.h"
 
 #include <cstdint>
@@ -71,7 +67,7 @@ class CudaDevice final : public Device {
     return {};
   }
 
-  // NOT YET RUN ON GPU HARDWARE. The allocation that holds `data` (XLA's allocator
+  // The allocation that holds `data` (XLA's allocator
   // sub-allocates, hence the offset) as a CUDA IPC handle, and this GPU's PCI bus id.
   bool SharesByHandle() const override { return true; }
   Outcome Share(void* data, size_t bytes, SharedMemory* out) override {

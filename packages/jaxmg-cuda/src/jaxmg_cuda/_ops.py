@@ -114,9 +114,9 @@ def mg_potrs(a, b, position, *, T_A, device_ids, job=0, pids=None, moves=None):
     the same on every device; ``position``: this device's index on the mesh axis. ``x`` is
     the full solution on every device; NaN where ``status != 0``.
 
-    Multi-process mode (one device per process, one host; on GPUs through CUDA IPC, which has
-    NOT YET RUN ON GPU HARDWARE): ``job`` is a nonzero token every process of the job agreed
-    on, ``pids`` the process id of each mesh position.
+    Multi-process mode (one device per process, one host; on GPUs through CUDA IPC): ``job`` is
+    a nonzero token every process of the job agreed on, ``pids`` the process id of each mesh
+    position.
     The default ``job=0`` means every participant runs in this process.
 
     In-place relayout: with ``moves = (to_cyclic, from_cyclic)`` (e.g. the two tables of

@@ -4,7 +4,7 @@ The targets ``jaxmg_mp_<routine>`` are registered at import for two engines with
 operands and results. On CPUs: MKL's ScaLAPACK with BLACS over MPICH, from pip (``pip install
 'jaxmg[mpi]'``: ``mkl``, ``mpich``, ``mpi4py``), opened by :func:`load` before the first call;
 processes are started by ``mpiexec -n P`` and every one of them takes part in every call (the
-grid holds every MPI process of the job). On GPUs (NOT YET RUN ON GPU HARDWARE): NVIDIA's
+grid holds every MPI process of the job). On GPUs: NVIDIA's
 cuSOLVERMp over an NCCL communicator of jaxmg's own (``pip install nvidia-cusolvermp-cu12
 nvidia-nccl-cu12``, or the ``-cu13`` pair), whose unique id :func:`nccl_id` makes on process 0
 and shares through ``jax.distributed``; the wrappers take it as ``nccl_id``. cuSOLVERMp has no
@@ -130,7 +130,7 @@ def nccl_id() -> np.ndarray:
     """The NCCL unique id of this job's communicator on GPUs, as 16 int64: process 0 makes it
     (``ncclGetUniqueId``) and every process receives it through ``jax.distributed``
     (``process_allgather``), once per process. Every process must call it (at trace time: they
-    trace the same program). NOT YET RUN ON GPU HARDWARE.
+    trace the same program).
 
     Raises:
       RuntimeError: the CUDA runtime, NCCL or cuSOLVERMp cannot be loaded (the message names the

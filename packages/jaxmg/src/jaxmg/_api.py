@@ -255,7 +255,7 @@ def potrs(
         one process driving every device, or one process per device on one host). ``"mp"``:
         the distributed engine, one process per device over every process of the job (CPUs:
         ScaLAPACK over MPI, ``pip install 'jaxmg[mpi]'``, processes started by ``mpiexec``;
-        GPUs: cuSOLVERMp over NCCL, NOT YET RUN ON GPU HARDWARE, on only with
+        GPUs: cuSOLVERMp over NCCL, on only with
         ``JAXMG_GPU_MULTIPROCESS=1``; no potri). ``None`` (default): on a mesh axis of one
         device (unless ``cyclic_1d``), JAX's own dense solvers (cuSOLVER on GPUs, LAPACK on
         CPUs), with the same statuses, NaN on failure, factors and derivatives: one device

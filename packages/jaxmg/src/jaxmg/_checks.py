@@ -19,9 +19,8 @@ SUPPORTED_DTYPES = tuple(
 )
 _DTYPE_NAMES = ", ".join(d.name for d in SUPPORTED_DTYPES)
 
-#: The widest column tile cuSolverMg takes, per routine: syevd refuses tiles over 1024 (the
-#: earlier jaxmg's report; on an H100 1024 ran), getrf tiles of 1024 and more (info -6, its
-#: matrix descriptor, at N = 2048, 4096 and 8192 on an H100; 256 and 512 ran).
+#: The widest column tile cuSolverMg takes, per routine: syevd refuses tiles over 1024, getrf
+#: tiles of 1024 and more (info -6, its matrix descriptor; docs/gpu.md).
 GPU_MAX_TILE = {"syevd": 1024, "getrf": 512}
 SYEVD_MAX_TILE = GPU_MAX_TILE["syevd"]
 

@@ -2,8 +2,7 @@
 
 On a solver axis of one device there is nothing to distribute, and cuSolverMg (or its LAPACK
 twin) only adds its fixed cost and its tile limits to what one device's dense solver does
-(issue 24 measured on one H100: syevd 2.6x slower than ``jnp.linalg.eigh``, 4.2x values
-only). So when ``backend=None`` and the solver axis holds one device (:func:`jaxmg._geometry.
+(docs/performance.md has the measurements). So when ``backend=None`` and the solver axis holds one device (:func:`jaxmg._geometry.
 choose_backend`), the shard_map programs (:mod:`jaxmg._programs`, :mod:`jaxmg._local`)
 call these wrappers instead of the native ones: XLA's own LAPACK calls on CPUs, cuSOLVER's
 dense routines on GPUs. Everything above the engine (the programs, the factor objects, the
@@ -45,9 +44,9 @@ CPUs, where ``backend="mg"`` is the faster choice for ``potri`` and eigenvalues 
 Under ``jax.vmap`` these are JAX's batched solvers (the native engine solves a batch one matrix
 after another).
 
-On GPUs this engine is NOT YET RUN ON GPU HARDWARE: the same JAX programs, lowered to JAX's own
-cuSOLVER calls (whose speed on an H100 issue 24 measured: ``cho_factor`` + ``cho_solve``,
-``eigh`` and ``solve``), and CI checks their lowering for CUDA only where jaxlib can.
+On GPUs this engine is the same JAX programs, lowered to JAX's own cuSOLVER calls
+(``cho_factor`` + ``cho_solve``, ``eigh`` and ``solve``); CI checks their lowering for CUDA
+only where jaxlib can (what has run on GPUs: docs/gpu.md).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 ``jaxmg_cuda`` registers two engines' targets. Backend ``"mg"``: cuSolverMg on GPUs and its
 LAPACK twin on CPUs, under the same names, so XLA picks the implementation by the platform it
 lowers for. Backend ``"mp"``: the distributed engine, one process per device (on CPUs
-ScaLAPACK over MPI; on GPUs cuSOLVERMp over NCCL, NOT YET RUN ON GPU HARDWARE, which takes the
+ScaLAPACK over MPI; on GPUs cuSOLVERMp over NCCL, which takes the
 communicator's id as well). Backend ``"jax"`` (internal, chosen for a solver axis of one device,
 never a public ``backend=`` value): JAX's own dense solvers (:mod:`jaxmg._dense`).
 :func:`engine` hands the solvers one engine's wrappers under neutral names (``potrs``,
@@ -11,8 +11,8 @@ never a public ``backend=`` value): JAX's own dense solvers (:mod:`jaxmg._dense`
 installed package cannot run.
 
 Every engine also says whether its ``getrs`` solves with ``A^T`` and ``A^H``
-(``solves_transposed``): cuSolverMg's takes only ``trans = N`` (as an H100 showed; its LAPACK
-twin refuses the others too), as does cuSOLVERMp's (NVIDIA's header and samples); ScaLAPACK's
+(``solves_transposed``): cuSolverMg's takes only ``trans = N`` (on GPUs, info -1 for the others;
+its LAPACK twin refuses them too), as does cuSOLVERMp's (NVIDIA's header and samples); ScaLAPACK's
 and the dense solvers' take all three.
 """
 

@@ -118,8 +118,8 @@ def check_one_host(processes, hosts, axis: str) -> None:
 def check_gpu_multiprocess_enabled(axis: str) -> None:
     """Raises NotImplementedError unless ``JAXMG_GPU_MULTIPROCESS=1``.
 
-    One GPU per process (CUDA IPC between the processes) is built but NOT YET RUN ON GPU
-    HARDWARE: until a GPU machine has validated it, it runs only when asked for.
+    One GPU per process (CUDA IPC between the processes) runs only when asked for, until a GPU
+    machine has validated it (docs/gpu.md).
     """
     if os.environ.get(GPU_MULTIPROCESS_ENV) != "1":
         raise NotImplementedError(

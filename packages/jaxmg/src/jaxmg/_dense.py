@@ -2,11 +2,11 @@
 
 On a solver axis of one device there is nothing to distribute, and cuSolverMg (or its LAPACK
 twin) only adds its fixed cost and its tile limits to what one device's dense solver does
-(docs/performance.md has the measurements). So when ``backend=None`` and the solver axis holds one device (:func:`jaxmg._geometry.
-choose_backend`), the shard_map programs (:mod:`jaxmg._programs`, :mod:`jaxmg._local`)
-call these wrappers instead of the native ones: XLA's own LAPACK calls on CPUs, cuSOLVER's
-dense routines on GPUs. Everything above the engine (the programs, the factor objects, the
-log-determinant, every derivative rule) is unchanged.
+(docs/performance.md has the measurements). So when ``backend=None`` and the solver axis holds
+one device (:func:`jaxmg._geometry.choose_backend`), the shard_map programs
+(:mod:`jaxmg._programs`, :mod:`jaxmg._local`) call these wrappers instead of the native ones:
+XLA's own LAPACK calls on CPUs, cuSOLVER's dense routines on GPUs. Everything above the engine
+(the programs, the factor objects, the log-determinant, every derivative rule) is unchanged.
 
 The operand contract is the native engine's (``jaxmg_cuda._ops``, packages/jaxmg-cuda/README.md)
 for one device whose one tile is the whole matrix (``T_A = N``, no padding, no moves):

@@ -210,80 +210,27 @@ def potrs(
     """Solve ``A x = b`` for Hermitian positive definite ``A`` sharded over devices (Cholesky).
 
     Args:
-      A: ``[N, N]`` float32, float64, complex64 or complex128, sharded over one mesh axis by
-        columns ``P(None, ax)`` or by rows ``P(ax, None)`` (``N`` divisible by the number of
-        devices on ``ax``). Only one triangle is read: the lower one for column sharding, the
-        upper one for row sharding. Or sharded over a process grid ``P(r, c)`` (``N``
-        divisible by both extents; the lower triangle is read), which runs on ``backend="mp"``
-        in ScaLAPACK's 2D block-cyclic layout with square ``T_A x T_A`` tiles.
-      b: ``[N]`` or ``[N, nrhs]`` (any ``nrhs >= 1``), A's dtype; any sharding (it is
-        replicated for the solve).
-      T_A: column tile size of the block-cyclic layout, any positive int (``T_A >= N / ndev``
-        needs no relayout); ``None`` (default) chooses one for the platform (docs/sharp-bits.md:
-        ``N / ndev`` on CPU; on GPUs ``N / ndev`` up to 4096, else a tile of 256-4096; on a
-        process grid ``min(N / rows, N / cols)``). On a solver axis of one device with the
-        default ``backend``, JAX's dense solvers take ``A`` whole: ``T_A`` (and ``pad``,
-        ``relayout``) is accepted and has no effect there.
-      mesh: a ``jax.sharding.Mesh``, or an ``AbstractMesh`` such as
-        ``jax.sharding.get_abstract_mesh()`` under ``jax.set_mesh``; default: the mesh ``A``
-        lives on, else the one of ``jax.set_mesh``.
-      in_specs: where ``A`` goes: a ``PartitionSpec``, or ``(spec_A, spec_b)`` as in the
-        original README (``spec_b`` is checked against the mesh; ``b`` is replicated for the
-        solve whatever it says). Given, it decides: ``A`` is resharded to it from wherever it
-        is (replicated, another axis, another form). Default: ``A``'s own sharding; where it
-        says nothing (``A`` replicated, or under ``jit`` on Auto axes, where it is not part of
-        ``A``'s type), jaxmg 1.x's: rows ``P(ax, None)`` on a one-axis mesh, ``P(r, c)`` on a
-        two-axis one (a grid axis of one device dropped: ``P(r, None)`` or ``P(None, c)``).
-      matrix_specs: jaxmg 1.x's name for ``in_specs`` (keyword); a call that uses it is 1.x's,
-        and its status comes in 1.x's form (docs/migration.md).
-      return_status: also return the status (keyword-only, like everything after ``in_specs``).
-      return_logdet: also return ``log det A`` (real), from the same Cholesky factor (jaxmg
-        1.4.1's spelling); NaN when the factorisation fails.
-      cyclic_1d: ``A`` is already in the layout of ``cyclic_1d_layout(A, T_A)``. Data that is
-        not gives NaN and a nonzero status.
-      pad: jaxmg 0.0.x's flag. ``True`` (default): any ``T_A``. ``False``: refuse a ``T_A``
-        that does not divide ``N / ndev`` (A's blocks would be widened to whole tiles).
-      relayout: how ``A`` reaches the block-cyclic layout. ``"native"`` (default): in place,
-        inside the solver call (its leader moves whole tiles between the devices' buffers):
-        no second copy of ``A``, a staging buffer of about one tile. ``"jax"``: JAX
-        collectives (``ppermute``/``all_to_all``) before the call, as the original jaxmg did:
-        temporaries of 1-3 shards per device. With ``backend="mp"`` (none is needed for the
-        default ``T_A``): ``"native"`` hands the engine A's blocks, which it redistributes to
-        its tiles with ScaLAPACK's p?gemr2d into a local array of its own and its results
-        back; ``"jax"`` relays them with JAX collectives before the call.
-      backend: the engine. ``"mg"``: cuSolverMg on GPUs, its LAPACK twin on CPUs (one node;
-        one process driving every device, or one process per device on one host). ``"mp"``:
-        the distributed engine, one process per device over every process of the job (CPUs:
-        ScaLAPACK over MPI, ``pip install 'jaxmg[mpi]'``, processes started by ``mpiexec``;
-        GPUs: cuSOLVERMp over NCCL, on only with
-        ``JAXMG_GPU_MULTIPROCESS=1``; no potri). ``None`` (default): on a mesh axis of one
-        device (unless ``cyclic_1d``), JAX's own dense solvers (cuSOLVER on GPUs, LAPACK on
-        CPUs), with the same statuses, NaN on failure, factors and derivatives: one device
-        has nothing to distribute, and they are faster there than cuSolverMg; ``"mg"`` on one
-        device forces cuSolverMg (the twin on CPUs). Otherwise ``"mp"`` when the devices are
-        on several hosts or more than 16 GPUs, else ``"mg"``.
-      donate: give ``A`` and ``b`` up to the call (jaxmg 1.x's spelling; eager calls): the
-        Cholesky factor is computed in ``A``'s own buffer and ``x`` in ``b``'s, and both
-        arrays are deleted (an ``A`` that had to be resharded first is deleted too, its moved
-        copy being the buffer used). Under ``jax.jit`` (or any trace) it has no effect: donate
-        there with ``donate_argnums``, where XLA reuses ``A``'s buffer only for a result of its
-        shape (``potrs`` returns none: return ``cho_factor(A).factor`` with the solution to
-        work in ``A``'s buffer).
+      A: ``[N, N]`` float32, float64, complex64 or complex128, sharded by columns
+        ``P(None, ax)`` or rows ``P(ax, None)`` of one mesh axis (``N`` divisible by its device
+        count), or over a process grid ``P(r, c)`` (``backend="mp"``). One triangle is read:
+        the lower for columns and grids, the upper for rows.
+      b: ``[N]`` or ``[N, nrhs]``, ``A``'s dtype, any sharding.
+      T_A: the tile of the block-cyclic layout; ``None`` chooses one.
+      mesh, in_specs (``matrix_specs``, jaxmg 1.x's name): where ``A`` is solved; default:
+        ``A``'s own mesh and sharding.
+      return_status, return_logdet: also return the status, ``log det A``.
+      cyclic_1d, pad, relayout, backend, donate: docs/api.md, "The arguments every routine
+        shares" (``donate=True`` gives ``A`` and ``b`` up, eager calls only).
 
     Returns:
-      ``x`` with ``b``'s shape, replicated over the mesh; with ``return_logdet``,
-      ``(x, logdet)``; with ``return_status`` the status comes last: an int32 scalar, 0 on
-      success, ``k > 0`` if the leading minor of order ``k`` is not positive definite (then
-      ``x`` and ``logdet`` are NaN; ``N + 1`` on GPU when cuSolverMg does not say which). An
-      illegal argument raises.
+      ``x`` with ``b``'s shape, replicated; ``(x, logdet)`` with ``return_logdet``; the status
+      last with ``return_status``: int32, 0 on success, ``k > 0`` if the leading minor of order
+      ``k`` is not positive definite (``x`` and ``logdet`` are then NaN); 1.x's status vector
+      with ``matrix_specs=``. An illegal argument raises before any device work.
 
-    Derivatives (``jax.grad``, ``jvp``, ``vjp``) with respect to ``A`` and ``b``, of ``x`` and
-    ``logdet``: those of ``X -> f((X + X^H) / 2)`` at ``X = A`` (module
-    :mod:`jaxmg._derivatives`); the backward pass reuses the forward Cholesky factor.
-
-    Runs eagerly, under ``jax.jit`` and inside ``shard_map`` programs; under ``jax.vmap`` the
-    batch is solved one matrix after another (on one device with the default ``backend``,
-    JAX's batched solvers take it at once). Never gathers ``A`` on one device.
+    Differentiable in ``A`` and ``b`` as ``X -> f((X + X^H) / 2)`` at ``X = A``; the backward
+    pass reuses the forward factor. Runs eagerly, under ``jit``, ``vmap`` and in ``shard_map``
+    programs; never gathers ``A`` on one device.
     """
     fn = "jaxmg.potrs"
     _checks.keyword_only(fn, positional, _POTRS_WAS)

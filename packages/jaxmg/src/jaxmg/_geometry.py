@@ -169,10 +169,15 @@ def _inferred_spec(mesh, carried, argname: str) -> P:
 
 
 def _squeezed(spec, mesh) -> P:
-    """``P(r, c)`` over a grid with one process row (column) is ``P(None, c)`` (``P(r, None)``):
-    the 1D form, which every engine takes (a ``process_grid=(n, 1)`` mesh of one process)."""
+    """``P(r, c)`` over a grid with one process row (column), in a job of one process, is
+    ``P(None, c)`` (``P(r, None)``): the 1D form, which every engine takes (NetKet's
+    ``process_grid=(n, 1)`` mesh). A grid needs ``backend="mp"``, one process per device, so in
+    one process the grid form could not run at all; in a job of several processes it stays a
+    grid, as jaxmg 1.x runs it."""
     rows, cols = _normalise(spec)
     if not (isinstance(rows, str) and isinstance(cols, str) and rows != cols):
+        return spec
+    if jax.process_count() > 1:
         return spec
     sizes = dict(mesh.shape)
     if sizes.get(cols) == 1:

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from . import _checks, _geometry, _v1_status
+from . import _api, _checks, _geometry, _v1_status
 from ._checks import AnyMesh, Backend, Result, Specs
 from ._glue import (
     _native_mp,
@@ -138,7 +138,7 @@ def _give_up(donate, *arrays):
     """``donate=True`` (eager calls of concrete arrays): the arrays are deleted once the call
     has been dispatched, as jaxmg 1.x's donation leaves them. The compositions do not work in
     their buffers, so this frees them earlier and no more."""
-    if donate and not any(_geometry.is_tracer(x) for x in arrays):
+    if _api._donating(donate, "jaxmg", *arrays):
         for x in arrays:
             if isinstance(x, jax.Array) and not x.is_deleted():
                 x.delete()

@@ -117,6 +117,15 @@ class Geometry:
         return P(self.axes)
 
     @property
+    def blocks_grid(self) -> tuple[int, int]:
+        """The process grid of ``A``'s blocks as JAX holds them: ``P(r, c)``'s, ``P x 1`` by
+        rows, ``1 x P`` by columns (ScaLAPACK's rectangular routines and jaxmg 1.x's status
+        see this grid; :attr:`grid` is the block-cyclic one of the square solvers)."""
+        if self.form == "grid":
+            return self.grid
+        return (self.ndev, 1) if self.form == "rows" else (1, self.ndev)
+
+    @property
     def sharded_dim(self) -> int:
         """The dimension of the local block that is split over devices."""
         return 1 if self.form == "cols" else 0

@@ -37,19 +37,11 @@ from ._glue import (
 from ._local import _placed
 
 
-def _mp_grid(geometry):
-    """The process grid of ``A``'s blocks: ``P(r, c)``'s, ``P x 1`` by rows, ``1 x P`` by
-    columns."""
-    if geometry.form == "grid":
-        return geometry.grid
-    return (geometry.ndev, 1) if geometry.form == "rows" else (1, geometry.ndev)
-
-
 def _mp_tile(geometry, T_A, shape):
     """The engine's square tile: ``T_A``, else 64 or the smaller side of a block."""
     if T_A is not None:
         return int(T_A)
-    rows, cols = _mp_grid(geometry)
+    rows, cols = geometry.blocks_grid
     return max(1, min(64, shape[0] // rows, shape[1] // cols))
 
 
@@ -58,7 +50,7 @@ def _mp_call(geometry, wrapper, tile, a, *replicated):
     (transposed: the column-major block) and the ``replicated`` operands; every result comes
     back whole and replicated, the status as a scalar last."""
     m, n = a.shape
-    kw = dict(m=m, n=n, grid=_mp_grid(geometry), T_A=tile)
+    kw = dict(m=m, n=n, grid=geometry.blocks_grid, T_A=tile)
 
     def body(block, *rest):
         return wrapper(block.T, *rest, geometry.position(), **kw)

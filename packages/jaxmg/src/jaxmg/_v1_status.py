@@ -52,18 +52,11 @@ _WORDS = {
 _ROWS, _COLS = 4, 5
 
 
-def process_grid(geometry: Geometry) -> tuple[int, int]:
-    """1.x's process grid of ``A``'s sharding: ``(P, 1)`` by rows, ``(1, P)`` by columns."""
-    if geometry.form == "grid":
-        return geometry.grid
-    return (geometry.ndev, 1) if geometry.form == "rows" else (1, geometry.ndev)
-
-
 def vector(routine: str, info, geometry: Geometry, *, shape, tile, nrhs=None):
     """The 1.x status vector of ``routine`` whose ``info`` (jaxmg's status, an int32 scalar,
     possibly traced) is given: ``[P * words]`` int32."""
     words = _WORDS[routine]
-    rows, cols = process_grid(geometry)
+    rows, cols = geometry.blocks_grid
     m, n = shape
     fixed = np.zeros(words.size, np.int32)
     fixed[_ROWS], fixed[_COLS] = rows, cols

@@ -274,11 +274,11 @@ def _select(x, table, d, axis):
     return jnp.concatenate(picks, axis=axis)
 
 
-def _sharded_axis(sharding, fn: str) -> tuple[int, str]:
+def _sharded_axis(sharding, caller: str) -> tuple[int, str]:
     """(array axis, mesh axis name) of a matrix sharded over exactly one mesh axis."""
     if not isinstance(sharding, NamedSharding):
         raise TypeError(
-            f"{fn}: the array must carry a NamedSharding over a mesh, sharded by columns "
+            f"{caller}: the array must carry a NamedSharding over a mesh, sharded by columns "
             f"P(None, ax) or rows P(ax, None); got {sharding!r}. Place it with "
             "jax.device_put(a, NamedSharding(mesh, P(None, 'x')))."
         )
@@ -289,18 +289,18 @@ def _sharded_axis(sharding, fn: str) -> tuple[int, str]:
         names.extend(entry if isinstance(entry, tuple) else (entry,))
     if len(sharded) != 1 or len(names) != 1:
         raise ValueError(
-            f"{fn}: the matrix must be sharded over exactly one mesh axis, by columns "
+            f"{caller}: the matrix must be sharded over exactly one mesh axis, by columns "
             f"P(None, ax) or by rows P(ax, None); got {sharding.spec}."
         )
     return sharded[0][0], names[0]
 
 
-def _sharding_of(a, sharding, fn: str):
+def _sharding_of(a, sharding, caller: str):
     if sharding is not None:
         return sharding
     if not isinstance(a, jax.Array):
         raise TypeError(
-            f"{fn}: expected a jax.Array sharded over a mesh, got {type(a).__name__}. Place it "
+            f"{caller}: expected a jax.Array sharded over a mesh, got {type(a).__name__}. Place it "
             "with jax.device_put(a, NamedSharding(mesh, P(None, 'x')))."
         )
     concrete = getattr(a, "sharding", None)
@@ -311,7 +311,7 @@ def _sharding_of(a, sharding, fn: str):
         return NamedSharding(typed.mesh, typed.spec)
     if concrete is None:
         raise ValueError(
-            f"{fn}: cannot read the sharding of a traced array on a mesh with Auto axes; pass "
+            f"{caller}: cannot read the sharding of a traced array on a mesh with Auto axes; pass "
             "sharding=NamedSharding(mesh, spec), or use a mesh with Explicit axes."
         )
     return concrete  # _sharded_axis explains what is wrong with it

@@ -28,10 +28,10 @@ __all__ = [
 ]
 
 
-def _grid_names(axis_names, fn: str) -> tuple[str, str]:
+def _grid_names(axis_names, caller: str) -> tuple[str, str]:
     if not isinstance(axis_names, (tuple, list)) or len(axis_names) != 2:
         raise TypeError(
-            f"{fn}: axis_names must be the (rows, cols) pair of mesh axes of P(r, c), got "
+            f"{caller}: axis_names must be the (rows, cols) pair of mesh axes of P(r, c), got "
             f"{axis_names!r}."
         )
     return axis_names[0], axis_names[1]
@@ -78,12 +78,12 @@ def undo_cyclic_2d_no_shardmap(x_bc, T_A: int, N: int, axis_names: tuple[str, st
     return undo_cyclic_1d_no_shardmap(x, plan.tile, N, c, axis=1)
 
 
-def _grid_axes(sharding, fn: str) -> tuple[str, str]:
+def _grid_axes(sharding, caller: str) -> tuple[str, str]:
     spec = tuple(sharding.spec) + (None,) * (2 - len(sharding.spec))
     if len(spec) != 2 or not all(isinstance(entry, str) for entry in spec) or spec[0] == spec[1]:
         raise ValueError(
-            f"{fn}: the matrix must be sharded over two mesh axes, P(r, c), one for the process "
-            f"rows and one for the process columns; got {sharding.spec}."
+            f"{caller}: the matrix must be sharded over two mesh axes, P(r, c), one for the "
+            f"process rows and one for the process columns; got {sharding.spec}."
         )
     return spec[0], spec[1]
 

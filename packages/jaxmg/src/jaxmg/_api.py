@@ -2,7 +2,7 @@
 (the factor objects, ``cho_factor``/``lu_factor``: :mod:`jaxmg._factors`).
 
 Each validates its arguments in Python before any device work (:func:`_prepare`, with
-:mod:`jaxmg._checks` and :mod:`jaxmg._geometry`), places ``A`` (and ``b``) where the call runs,
+:mod:`jaxmg._validate` and :mod:`jaxmg._geometry`), places ``A`` (and ``b``) where the call runs,
 and runs one jitted program: a differentiable call of :mod:`jaxmg._derivatives`, or, with
 ``donate=True`` on concrete arrays, the same program with its arrays donated (below; nothing
 donated is differentiated). The programs themselves: :mod:`jaxmg._programs`. The functions
@@ -19,9 +19,8 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from . import _checks, _geometry, _v1_status
+from . import _geometry, _v1_status, _validate
 from ._call import describe, layout, locate
-from ._checks import AnyMesh, Backend, Relayout, Result, Specs
 from ._derivatives import (
     _potri_call,
     _potrs_call,
@@ -36,6 +35,7 @@ from ._programs import (
     _status,
     _syevd_program,
 )
+from ._validate import AnyMesh, Backend, Relayout, Result, Specs
 
 # --- the checks every public function runs --------------------------------------------------------
 
@@ -52,32 +52,32 @@ _SYEVD_WAS = "return_eigenvectors (jaxmg 0.0.x), e.g. return_eigenvectors=False"
 _OPTIONS = ("cyclic_1d", "pad", "relayout", "backend")
 
 
-def _prepare(A, T_A, mesh, spec, cyclic_1d, relayout, pad, fn, routine, backend=None):
+def _prepare(A, T_A, mesh, spec, cyclic_1d, relayout, pad, caller, routine, backend=None):
     """Validate the arguments and resolve the geometry; returns ``(call, A's dtype)``."""
-    T_A = _checks.tile_size(T_A, fn, cyclic_1d)
+    T_A = _validate.tile_size(T_A, caller, cyclic_1d)
     shape = getattr(A, "shape", ())
     if not cyclic_1d and pad is False and len(shape) == 2 and shape[0] != shape[1]:
         raise ValueError(
-            f"{fn}: A must be square [N, N], got shape {tuple(shape)}. jaxmg takes A "
+            f"{caller}: A must be square [N, N], got shape {tuple(shape)}. jaxmg takes A "
             "unpadded: jaxmg 0.0.x's pre-padded shards (pad=False) are not accepted; pass the "
             "N x N matrix."
         )
-    geometry, dtype = locate(A, mesh, spec, backend, fn, cyclic=bool(cyclic_1d))
+    geometry, dtype = locate(A, mesh, spec, backend, caller, cyclic=bool(cyclic_1d))
     if geometry.form == "grid":
         if cyclic_1d:
             raise ValueError(
-                f"{fn}: cyclic_1d=True is the 1D layout of P(None, ax) or P(ax, None); pass A "
+                f"{caller}: cyclic_1d=True is the 1D layout of P(None, ax) or P(ax, None); pass A "
                 "sharded P(r, c) in JAX's block sharding (jaxmg lays it out itself)."
             )
-        n = _checks.square_size(A, fn)
-        tile = _checks.grid_plan(n, geometry.grid, T_A, pad, fn).tile
-        return describe(tile, n, False, relayout, geometry, fn), dtype
+        n = _validate.square_size(A, caller)
+        tile = _validate.grid_plan(n, geometry.grid, T_A, pad, caller).tile
+        return describe(tile, n, False, relayout, geometry, caller), dtype
     if cyclic_1d:
-        n = _checks.cyclic_shape(A, geometry, T_A, fn)
+        n = _validate.cyclic_shape(A, geometry, T_A, caller)
     else:
-        n = _checks.square_size(A, fn)
-    T_A = layout(T_A, n, geometry, pad, routine, fn).T_A
-    return describe(T_A, n, cyclic_1d, relayout, geometry, fn), dtype
+        n = _validate.square_size(A, caller)
+    T_A = layout(T_A, n, geometry, pad, routine, caller).T_A
+    return describe(T_A, n, cyclic_1d, relayout, geometry, caller), dtype
 
 
 # --- donate=True ----------------------------------------------------------------------------------
@@ -122,11 +122,11 @@ def _factor_in_a(call) -> bool:
     return call.geometry.backend != "jax"
 
 
-def _donating(donate, fn, *arrays) -> bool:
+def _donating(donate, caller, *arrays) -> bool:
     """Whether this call donates its arrays: ``donate=True`` and every one of them concrete
     (a traced value is no buffer: under ``jit`` donate with ``donate_argnums``)."""
     if not isinstance(donate, bool):
-        raise TypeError(f"{fn}: donate must be True or False, got {donate!r}.")
+        raise TypeError(f"{caller}: donate must be True or False, got {donate!r}.")
     return donate and not any(_geometry.is_tracer(x) for x in arrays)
 
 
@@ -232,28 +232,28 @@ def potrs(
     pass reuses the forward factor. Runs eagerly, under ``jit``, ``vmap`` and in ``shard_map``
     programs; never gathers ``A`` on one device.
     """
-    fn = "jaxmg.potrs"
-    _checks.keyword_only(fn, positional, _POTRS_WAS)
-    in_specs, v1 = _checks.matrix_specs(in_specs, matrix_specs, fn)
+    caller = "jaxmg.potrs"
+    _validate.keyword_only(caller, positional, _POTRS_WAS)
+    in_specs, v1 = _validate.matrix_specs(in_specs, matrix_specs, caller)
     options = dict(cyclic_1d=cyclic_1d, pad=pad, relayout=relayout, backend=backend)
     return _potrs(
-        A, b, T_A, mesh, in_specs, fn, v1, return_status, return_logdet, donate, **options
+        A, b, T_A, mesh, in_specs, caller, v1, return_status, return_logdet, donate, **options
     )
 
 
-def _potrs(A, b, T_A, mesh, in_specs, fn, v1, return_status, return_logdet, donate, **options):
-    """:func:`potrs` for the caller ``fn``, its status in 1.x's form when ``v1``."""
+def _potrs(A, b, T_A, mesh, in_specs, caller, v1, return_status, return_logdet, donate, **options):
+    """:func:`potrs` for the caller ``caller``, its status in 1.x's form when ``v1``."""
     cyclic_1d, pad, relayout, backend = (options[k] for k in _OPTIONS)
-    spec_a, spec_b = _checks.in_specs(in_specs, fn, ("A", "b"))
-    call, dtype = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "potrs", backend)
+    spec_a, spec_b = _validate.in_specs(in_specs, caller, ("A", "b"))
+    call, dtype = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, caller, "potrs", backend)
     geometry, n = call.geometry, call.n
-    b_shape = _checks.rhs_shape(b, n, dtype, fn)
+    b_shape = _validate.rhs_shape(b, n, dtype, caller)
     if spec_b is not None:
         _geometry.check_spec_axes(spec_b, geometry.mesh, "in_specs[1] (b)")
     a = _placed(A, geometry.mesh, geometry.spec)
     b_placed = _placed(b, geometry.mesh, P())
     flags = (call, bool(return_logdet), bool(return_status), b_shape)
-    if _donating(donate, fn, A, b):
+    if _donating(donate, caller, A, b):
         if _factor_in_a(call):
             x, logdet, status, _ = _potrs_donated(*flags, a, b_placed)
         else:
@@ -309,13 +309,13 @@ def potri(
     donate_argnums=...)`` with ``A`` donated, the inverse takes over ``A``'s buffer
     (row-sharded: ``A``'s block plus two small blocks per device in all).
     """
-    fn = "jaxmg.potri"
-    _checks.keyword_only(fn, positional, _POTRI_WAS)
-    (spec_a,) = _checks.in_specs(in_specs, fn, ("A",))
-    call, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "potri", backend)
+    caller = "jaxmg.potri"
+    _validate.keyword_only(caller, positional, _POTRI_WAS)
+    (spec_a,) = _validate.in_specs(in_specs, caller, ("A",))
+    call, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, caller, "potri", backend)
     geometry = call.geometry
     a = _placed(A, geometry.mesh, geometry.spec)
-    donating = _donating(donate, fn, A)
+    donating = _donating(donate, caller, A)
     inv, status = (_potri_donated if donating else _potri_call)(call, bool(return_status), a)
     if donating:
         _consume(A, a)
@@ -400,24 +400,26 @@ def syevd(
     ``A``: ``V`` goes back transposed (one more block); row-sharded: one
     ``all_to_all`` of ``V`` (two more).
     """
-    fn = "jaxmg.syevd"
-    _checks.keyword_only(fn, positional, _SYEVD_WAS)
-    in_specs, v1 = _checks.matrix_specs(in_specs, matrix_specs, fn)
+    caller = "jaxmg.syevd"
+    _validate.keyword_only(caller, positional, _SYEVD_WAS)
+    in_specs, v1 = _validate.matrix_specs(in_specs, matrix_specs, caller)
     options = dict(cyclic_1d=cyclic_1d, pad=pad, relayout=relayout, backend=backend)
     return _syevd(
-        A, T_A, mesh, in_specs, fn, v1, return_eigenvectors, return_status, donate, **options
+        A, T_A, mesh, in_specs, caller, v1, return_eigenvectors, return_status, donate, **options
     )
 
 
-def _syevd(A, T_A, mesh, in_specs, fn, v1, return_eigenvectors, return_status, donate, **options):
-    """:func:`syevd` for the caller ``fn``, its status in 1.x's form when ``v1``."""
+def _syevd(
+    A, T_A, mesh, in_specs, caller, v1, return_eigenvectors, return_status, donate, **options
+):
+    """:func:`syevd` for the caller ``caller``, its status in 1.x's form when ``v1``."""
     cyclic_1d, pad, relayout, backend = (options[k] for k in _OPTIONS)
-    (spec_a,) = _checks.in_specs(in_specs, fn, ("A",))
-    call, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "syevd", backend)
+    (spec_a,) = _validate.in_specs(in_specs, caller, ("A",))
+    call, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, caller, "syevd", backend)
     geometry = call.geometry
     vectors = bool(return_eigenvectors)
     a = _placed(A, geometry.mesh, geometry.spec)
-    donating = _donating(donate, fn, A)
+    donating = _donating(donate, caller, A)
     if donating and not vectors:
         w, spent, status = _syevd_values_donated(call, bool(return_status), a)
         spent.delete()

@@ -18,7 +18,7 @@ import numpy as np
 
 import jaxmg_layout
 
-from . import _checks, _geometry, _native
+from . import _geometry, _native, _validate
 from ._geometry import Geometry
 
 
@@ -73,9 +73,9 @@ def locate(A, mesh, spec, backend, caller, cyclic=False) -> tuple[Geometry, np.d
     """The checks of every function on a global ``A`` before its own: the backend and ``A``'s
     dtype, then where ``A`` is solved (:func:`jaxmg._geometry.resolve`), with the distributed
     engine loaded when it runs. Returns ``(geometry, A's dtype)``."""
-    backend = _checks.backend(backend, caller)
-    dtype = _checks.matrix_dtype(A, caller)
-    geometry = _geometry.resolve(A, mesh, spec, backend=backend, fn=caller, cyclic=cyclic)
+    backend = _validate.backend(backend, caller)
+    dtype = _validate.matrix_dtype(A, caller)
+    geometry = _geometry.resolve(A, mesh, spec, backend=backend, caller=caller, cyclic=cyclic)
     if geometry.backend == "mp":
         _native.load_mp(caller, geometry.platform)
     return geometry, dtype
@@ -84,7 +84,7 @@ def locate(A, mesh, spec, backend, caller, cyclic=False) -> tuple[Geometry, np.d
 def describe(T_A, n, cyclic_1d, relayout, geometry, caller) -> Call:
     """The :class:`Call` of checked arguments, ``relayout`` checked (on backend ``"jax"``,
     which relays nothing, one value: the same program for both)."""
-    relayout = _checks.relayout(relayout, caller)
+    relayout = _validate.relayout(relayout, caller)
     return Call(
         T_A=T_A,
         n=n,
@@ -102,11 +102,11 @@ def layout(T_A, n, geometry, pad, routine, caller) -> jaxmg_layout.CyclicPlan:
     if geometry.backend == "jax":
         T_A = n
     else:
-        T_A = _checks.resolve_tile(
+        T_A = _validate.resolve_tile(
             T_A, n, geometry.ndev, routine, geometry.platform, caller, geometry.backend, pad
         )
-    plan = _checks.plan(n, geometry.ndev, T_A, caller)
-    _checks.unpadded(pad, plan, caller)
+    plan = _validate.plan(n, geometry.ndev, T_A, caller)
+    _validate.unpadded(pad, plan, caller)
     return plan
 
 

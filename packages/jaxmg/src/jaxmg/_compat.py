@@ -22,35 +22,35 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 import jaxmg_layout
 
-from . import _checks
+from . import _validate
 
 __all__ = ["cyclic_1d", "manual_cyclic_1d_layout", "plot_block_to_cyclic", "verify_cyclic"]
 
 
-def _one_spec(in_specs, fn: str) -> P:
+def _one_spec(in_specs, caller: str) -> P:
     """0.0.x's ``in_specs`` for one matrix: a ``PartitionSpec`` or a 1-element list/tuple."""
     if isinstance(in_specs, (list, tuple)):
         if len(in_specs) != 1:
             raise ValueError(
-                f"{fn}: in_specs must be a single PartitionSpec or a 1-element list/tuple, got "
+                f"{caller}: in_specs must be a single PartitionSpec or a 1-element list/tuple, got "
                 f"{len(in_specs)} entries."
             )
         in_specs = in_specs[0]
     if not isinstance(in_specs, P):
         raise TypeError(
-            f"{fn}: in_specs must be a PartitionSpec or a 1-element list/tuple containing one, "
+            f"{caller}: in_specs must be a PartitionSpec or a 1-element list/tuple containing one, "
             f"got {in_specs!r}."
         )
     return in_specs
 
 
-def _sharded_axis(sharding: NamedSharding, fn: str) -> tuple[int, int]:
+def _sharded_axis(sharding: NamedSharding, caller: str) -> tuple[int, int]:
     """(array axis, device count) of a matrix sharded over one mesh axis, by rows or columns."""
     spec = tuple(sharding.spec) + (None,) * (2 - len(sharding.spec))
     sharded = [(i, entry) for i, entry in enumerate(spec) if entry is not None]
     if len(spec) != 2 or len(sharded) != 1 or not isinstance(sharded[0][1], str):
         raise ValueError(
-            f"{fn}: the matrix must be sharded over one mesh axis, by rows P(ax, None) or by "
+            f"{caller}: the matrix must be sharded over one mesh axis, by rows P(ax, None) or by "
             f"columns P(None, ax); got {sharding.spec}."
         )
     return sharded[0][0], sharding.mesh.shape[sharded[0][1]]
@@ -88,21 +88,21 @@ def cyclic_1d(
             a non-square ``a``, ``N`` not divisible by the devices, ``T_A <= 0``, ``pad=False``
             with a tile that does not divide ``N/ndev``.
     """
-    fn = "jaxmg.cyclic_1d"
+    caller = "jaxmg.cyclic_1d"
     if mesh is not None or in_specs is not None:
         if mesh is None or in_specs is None:
-            raise ValueError(f"{fn}: pass both mesh and in_specs, or neither (read from a).")
-        sharding = NamedSharding(mesh, _one_spec(in_specs, fn))
+            raise ValueError(f"{caller}: pass both mesh and in_specs, or neither (read from a).")
+        sharding = NamedSharding(mesh, _one_spec(in_specs, caller))
     else:
         sharding = getattr(a, "sharding", None)
         if not isinstance(sharding, NamedSharding):
             raise ValueError(
-                f"{fn}: a carries no NamedSharding; pass mesh and in_specs (0.0.x's arguments)."
+                f"{caller}: a carries no NamedSharding; pass mesh and in_specs (0.0.x's arguments)."
             )
-    _, ndev = _sharded_axis(sharding, fn)
+    _, ndev = _sharded_axis(sharding, caller)
     if getattr(a, "ndim", None) != 2 or a.shape[0] != a.shape[1]:
-        raise ValueError(f"{fn}: a must be a square matrix, got shape {np.shape(a)}.")
-    _checks.unpadded(pad, jaxmg_layout.CyclicPlan.make(a.shape[0], ndev, T_A), fn)
+        raise ValueError(f"{caller}: a must be a square matrix, got shape {np.shape(a)}.")
+    _validate.unpadded(pad, jaxmg_layout.CyclicPlan.make(a.shape[0], ndev, T_A), caller)
     if not isinstance(a, jax.core.Tracer):
         a = jax.device_put(a, sharding)
     return jaxmg_layout.cyclic_1d_layout(a, T_A, sharding=sharding)

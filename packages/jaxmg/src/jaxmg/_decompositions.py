@@ -21,8 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from . import _api, _checks, _geometry, _v1_status
-from ._checks import AnyMesh, Backend, Result, Specs
+from . import _api, _geometry, _v1_status, _validate
 from ._glue import (
     _native_mp,
     _where,
@@ -30,6 +29,7 @@ from ._glue import (
 from ._local import _placed
 from ._qr import _qr_call
 from ._svd import _lstsq_call, _polar_call, _svd_call
+from ._validate import AnyMesh, Backend, Result, Specs
 
 
 def svd(
@@ -72,23 +72,23 @@ def svd(
     be orthonormal. Derivatives (``full_matrices=False``): JAX's rule for distinct singular
     values.
     """
-    fn = "jaxmg.svd"
-    _checks.keyword_only(fn, positional, "return_status or backend, e.g. return_status=True")
-    T_A = _checks.tile_size(T_A, fn)
+    caller = "jaxmg.svd"
+    _validate.keyword_only(caller, positional, "return_status or backend, e.g. return_status=True")
+    T_A = _validate.tile_size(T_A, caller)
     u, s, vh, status, _ = _svd_of(
-        A, bool(full_matrices), bool(compute_uv), T_A, mesh, in_specs, backend, fn
+        A, bool(full_matrices), bool(compute_uv), T_A, mesh, in_specs, backend, caller
     )
     out = (u, s, vh) if compute_uv else (s,)
     out += (status,) if return_status else ()
     return out if len(out) > 1 else out[0]
 
 
-def _svd_of(A, full, compute_uv, T_A, mesh, in_specs, backend, fn):
+def _svd_of(A, full, compute_uv, T_A, mesh, in_specs, backend, caller):
     """:func:`svd`'s checks and call: ``(U, s, Vh, status, geometry)``."""
-    geometry, _ = _where(A, mesh, in_specs, backend, fn)
+    geometry, _ = _where(A, mesh, in_specs, backend, caller)
     if full and geometry.form == "grid":
         raise ValueError(
-            f"{fn}: full_matrices=True runs through the Jordan-Wielandt composition, which "
+            f"{caller}: full_matrices=True runs through the Jordan-Wielandt composition, which "
             "takes A sharded by rows P(ax, None) or by columns P(None, ax), not P(r, c); "
             "p?gesvd runs with full_matrices=False."
         )
@@ -96,22 +96,22 @@ def _svd_of(A, full, compute_uv, T_A, mesh, in_specs, backend, fn):
     return (*_svd_call(geometry, T_A, full, compute_uv, a), geometry)
 
 
-def _polar_of(A, T_A, mesh, in_specs, side, backend, fn):
+def _polar_of(A, T_A, mesh, in_specs, side, backend, caller):
     """:func:`polar`'s call: ``(U, P, status, geometry)``."""
-    geometry, _ = _where(A, mesh, in_specs, backend, fn)
+    geometry, _ = _where(A, mesh, in_specs, backend, caller)
     a = _placed(A, geometry.mesh, geometry.spec)
     return (*_polar_call(geometry, T_A, side, a), geometry)
 
 
-def _qr_of(A, T_A, mesh, in_specs, mode, backend, fn):
+def _qr_of(A, T_A, mesh, in_specs, mode, backend, caller):
     """:func:`qr`'s checks and call: ``(Q or None, R, status, geometry)``."""
     if mode not in ("reduced", "r"):
-        raise ValueError(f"{fn}: mode must be 'reduced' or 'r', got {mode!r}.")
-    geometry, _ = _where(A, mesh, in_specs, backend, fn)
+        raise ValueError(f"{caller}: mode must be 'reduced' or 'r', got {mode!r}.")
+    geometry, _ = _where(A, mesh, in_specs, backend, caller)
     k = min(A.shape)
     if geometry.backend != "jax" and not _native_mp(geometry) and k % geometry.ndev:
         raise ValueError(
-            f"{fn}: min(M, N) = {k} must be divisible by the {geometry.ndev} devices of axis "
+            f"{caller}: min(M, N) = {k} must be divisible by the {geometry.ndev} devices of axis "
             f"{geometry.axis!r} (the Gram matrix of the first {k} columns is factored by "
             "jaxmg.cho_factor over them)."
         )
@@ -119,19 +119,19 @@ def _qr_of(A, T_A, mesh, in_specs, mode, backend, fn):
     return (*_qr_call(geometry, mode, T_A, a), geometry)
 
 
-def _v1_options(fn, T_A, pad, donate, in_specs, matrix_specs):
+def _v1_options(caller, T_A, pad, donate, in_specs, matrix_specs):
     """The options jaxmg 1.x's form adds, checked: ``(T_A, in_specs, v1)`` (``v1``: the call
     named ``matrix_specs=``). ``pad`` has no effect on the compositions (they pad no tiles);
     ``donate`` is checked here and acted on by :func:`_give_up`."""
     if isinstance(T_A, str):
         raise TypeError(
-            f"{fn}: T_A (the second positional argument, as in jaxmg 1.x) is a tile size, got "
+            f"{caller}: T_A (the second positional argument, as in jaxmg 1.x) is a tile size, got "
             f"{T_A!r}; pass numpy-style options by name, e.g. mode='r' or side='left'."
         )
-    _checks.flag(pad, "pad", fn)
-    _checks.flag(donate, "donate", fn)
-    in_specs, v1 = _checks.matrix_specs(in_specs, matrix_specs, fn)
-    return _checks.tile_size(T_A, fn), in_specs, v1
+    _validate.flag(pad, "pad", caller)
+    _validate.flag(donate, "donate", caller)
+    in_specs, v1 = _validate.matrix_specs(in_specs, matrix_specs, caller)
+    return _validate.tile_size(T_A, caller), in_specs, v1
 
 
 def _give_up(donate, *arrays):
@@ -171,13 +171,13 @@ def polar(
     From the SVD: ``U = U_s Vh``, ``P = V diag(s) Vh`` (right). Derivatives through the SVD's:
     distinct singular values.
     """
-    fn = "jaxmg.polar"
-    _checks.keyword_only(fn, positional, "side or return_status, e.g. side='left'")
-    T_A, in_specs, v1 = _v1_options(fn, T_A, pad, donate, in_specs, matrix_specs)
+    caller = "jaxmg.polar"
+    _validate.keyword_only(caller, positional, "side or return_status, e.g. side='left'")
+    T_A, in_specs, v1 = _v1_options(caller, T_A, pad, donate, in_specs, matrix_specs)
     if side not in ("right", "left"):
-        raise ValueError(f"{fn}: side must be 'right' or 'left', got {side!r}.")
-    compute_h = _checks.flag(compute_h, "compute_h", fn)
-    u, p, status, geometry = _polar_of(A, T_A, mesh, in_specs, side, backend, fn)
+        raise ValueError(f"{caller}: side must be 'right' or 'left', got {side!r}.")
+    compute_h = _validate.flag(compute_h, "compute_h", caller)
+    u, p, status, geometry = _polar_of(A, T_A, mesh, in_specs, side, backend, caller)
     _give_up(donate, A)
     if return_status and v1:
         status = _v1_status.vector("polar", status, geometry, shape=A.shape, tile=T_A or 0)
@@ -216,17 +216,17 @@ def lstsq(
     ScaLAPACK's ``p?gesvd``, not ``p?gels``, which gives neither ``s`` nor the rank and needs
     full rank: see :func:`gels`); derivatives through the SVD's.
     """
-    fn = "jaxmg.lstsq"
-    _checks.keyword_only(fn, positional, "return_status or backend, e.g. return_status=True")
-    geometry, dtype = _where(A, mesh, in_specs, backend, fn)
+    caller = "jaxmg.lstsq"
+    _validate.keyword_only(caller, positional, "return_status or backend, e.g. return_status=True")
+    geometry, dtype = _where(A, mesh, in_specs, backend, caller)
     m, n = A.shape
-    b_shape = _checks.rhs_shape(b, m, dtype, fn)
-    T_A = _checks.tile_size(T_A, fn)
+    b_shape = _validate.rhs_shape(b, m, dtype, caller)
+    T_A = _validate.tile_size(T_A, caller)
     if rcond is None:
         rcond = float(np.finfo(dtype).eps) * max(m, n)
     elif not _geometry.is_tracer(rcond) and not float(rcond) < 1:
         raise ValueError(
-            f"{fn}: rcond={rcond!r} counts every singular value as zero (it is relative to the "
+            f"{caller}: rcond={rcond!r} counts every singular value as zero (it is relative to the "
             "largest, so x would be 0); pass rcond < 1, or None. For jaxmg 1.x's "
             "least_squares(A, b, T_A), whose third argument is a tile size, call "
             "jaxmg.least_squares."
@@ -280,10 +280,10 @@ def qr(
     JAX's rule for ``jnp.linalg.qr`` (``M >= N``; for ``M < N`` through the product ``Q^H A``),
     which needs ``R``'s first ``K`` columns invertible.
     """
-    fn = "jaxmg.qr"
-    _checks.keyword_only(fn, positional, "mode or return_status, e.g. mode='r'")
-    T_A, in_specs, v1 = _v1_options(fn, T_A, pad, donate, in_specs, matrix_specs)
-    q, r, status, geometry = _qr_of(A, T_A, mesh, in_specs, mode, backend, fn)
+    caller = "jaxmg.qr"
+    _validate.keyword_only(caller, positional, "mode or return_status, e.g. mode='r'")
+    T_A, in_specs, v1 = _v1_options(caller, T_A, pad, donate, in_specs, matrix_specs)
+    q, r, status, geometry = _qr_of(A, T_A, mesh, in_specs, mode, backend, caller)
     _give_up(donate, A)
     if return_status and v1:
         status = _v1_status.vector("qr", status, geometry, shape=A.shape, tile=T_A or 0)

@@ -12,12 +12,12 @@ from typing import Any
 
 import jax
 
-from . import _checks, _v1_status
+from . import _v1_status, _validate
 from ._api import _consume, _donating, _getrf_donated, _potrf_donated, _prepare
-from ._checks import AnyMesh, Backend, Relayout, Specs
 from ._derivatives import CholeskyFactor, LUFactor, _cho_solve_call, _lu_solve_call
 from ._local import _placed
 from ._programs import _getrf_program, _potrf_program, _status
+from ._validate import AnyMesh, Backend, Relayout, Specs
 
 
 def cho_factor(
@@ -47,12 +47,12 @@ def cho_factor(
       ``logdet`` and ``status`` are there too. Runs eagerly and under ``jax.jit``; derivatives
       with respect to ``A`` flow through every solve and ``logdet`` made from it.
     """
-    fn = "jaxmg.cho_factor"
-    _checks.keyword_only(fn, positional, "cyclic_1d, pad or relayout, e.g. relayout='jax'")
-    (spec_a,) = _checks.in_specs(in_specs, fn, ("A",))
-    call, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "potrs", backend)
+    caller = "jaxmg.cho_factor"
+    _validate.keyword_only(caller, positional, "cyclic_1d, pad or relayout, e.g. relayout='jax'")
+    (spec_a,) = _validate.in_specs(in_specs, caller, ("A",))
+    call, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, caller, "potrs", backend)
     a = _placed(A, call.geometry.mesh, call.geometry.spec)
-    if _donating(donate, fn, A):
+    if _donating(donate, caller, A):
         f, status = _potrf_donated(call, a)
         _consume(A, a)
         return CholeskyFactor(f, None, _status(status), call)
@@ -60,9 +60,9 @@ def cho_factor(
     return CholeskyFactor(f, a, _status(status), call)
 
 
-def _solve_shape(factor, b, fn):
+def _solve_shape(factor, b, caller):
     call = factor._call
-    return _checks.rhs_shape(b, call.n, factor.factor.dtype, fn)
+    return _validate.rhs_shape(b, call.n, factor.factor.dtype, caller)
 
 
 def cho_solve(
@@ -83,14 +83,14 @@ def cho_solve(
       ``return_status``, ``(x, status)``. Differentiable in ``b`` and, through the factor, in
       ``A``: the derivative costs one more solve with the same factor.
     """
-    fn = "jaxmg.cho_solve"
-    _checks.keyword_only(fn, positional, "return_status, e.g. return_status=True")
+    caller = "jaxmg.cho_solve"
+    _validate.keyword_only(caller, positional, "return_status, e.g. return_status=True")
     if not isinstance(factor, CholeskyFactor):
         raise TypeError(
-            f"{fn}: factor must be the CholeskyFactor of jaxmg.cho_factor(A), got "
+            f"{caller}: factor must be the CholeskyFactor of jaxmg.cho_factor(A), got "
             f"{type(factor).__name__}."
         )
-    shape = _solve_shape(factor, b, fn)
+    shape = _solve_shape(factor, b, caller)
     call = factor._call
     x = _cho_solve_call(call, shape, factor.factor, factor.matrix, b)
     return (x, factor.status) if return_status else x
@@ -124,12 +124,12 @@ def lu_factor(
     Returns:
       An :class:`LUFactor` for :func:`jaxmg.lu_solve`.
     """
-    fn = "jaxmg.lu_factor"
-    _checks.keyword_only(fn, positional, "cyclic_1d, pad or relayout, e.g. relayout='jax'")
-    (spec_a,) = _checks.in_specs(in_specs, fn, ("A",))
-    call, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, fn, "getrf", backend)
+    caller = "jaxmg.lu_factor"
+    _validate.keyword_only(caller, positional, "cyclic_1d, pad or relayout, e.g. relayout='jax'")
+    (spec_a,) = _validate.in_specs(in_specs, caller, ("A",))
+    call, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, caller, "getrf", backend)
     a = _placed(A, call.geometry.mesh, call.geometry.spec)
-    if _donating(donate, fn, A):
+    if _donating(donate, caller, A):
         lu, pivots, status = _getrf_donated(call, a)
         _consume(A, a)
         return LUFactor(lu, pivots, None, _status(status), call)
@@ -182,28 +182,28 @@ def lu_solve(
       ``x`` with ``b``'s shape, replicated; with ``return_status``, ``(x, status)``.
       Differentiable in ``A`` and ``b``; the derivative reuses the factor.
     """
-    fn = "jaxmg.lu_solve"
-    _checks.keyword_only(fn, positional, "trans or return_status, e.g. return_status=True")
-    in_specs, v1 = _checks.matrix_specs(in_specs, matrix_specs, fn)
+    caller = "jaxmg.lu_solve"
+    _validate.keyword_only(caller, positional, "trans or return_status, e.g. return_status=True")
+    in_specs, v1 = _validate.matrix_specs(in_specs, matrix_specs, caller)
     options = dict(cyclic_1d=cyclic_1d, pad=pad, relayout=relayout, backend=backend)
-    return _lu_solve(A, b, T_A, mesh, in_specs, fn, v1, trans, return_status, donate, **options)
+    return _lu_solve(A, b, T_A, mesh, in_specs, caller, v1, trans, return_status, donate, **options)
 
 
-def _lu_solve(A, b, T_A, mesh, in_specs, fn, v1, trans, return_status, donate, **options):
-    """:func:`lu_solve` for the caller ``fn``, its status in 1.x's form when ``v1``."""
+def _lu_solve(A, b, T_A, mesh, in_specs, caller, v1, trans, return_status, donate, **options):
+    """:func:`lu_solve` for the caller ``caller``, its status in 1.x's form when ``v1``."""
     if trans not in _TRANS:
-        raise ValueError(f"{fn}: trans must be 0, 1, 2, 'N', 'T' or 'C', got {trans!r}.")
+        raise ValueError(f"{caller}: trans must be 0, 1, 2, 'N', 'T' or 'C', got {trans!r}.")
     if isinstance(A, LUFactor):
-        if _donating(donate, fn):
+        if _donating(donate, caller):
             raise ValueError(
-                f"{fn}: donate=True gives A's buffer to its factor, and this A is an LUFactor "
+                f"{caller}: donate=True gives A's buffer to its factor, and this A is an LUFactor "
                 "already: donate the matrix in lu_factor(A, donate=True) instead."
             )
         factor = A
     else:
-        spec_a = _checks.in_specs(in_specs, fn, ("A", "b"))[0]
+        spec_a = _validate.in_specs(in_specs, caller, ("A", "b"))[0]
         factor = lu_factor(A, T_A, mesh, spec_a, donate=donate, **options)
-    shape = _solve_shape(factor, b, fn)
+    shape = _solve_shape(factor, b, caller)
     call = factor._call
     x = _lu_solve_call(call, _TRANS[trans], shape, factor.factor, factor.pivots, factor.matrix, b)
     if not return_status:

@@ -423,7 +423,7 @@ def resolve(
     *,
     argname: str = "A",
     backend=None,
-    fn: str = "jaxmg",
+    caller: str = "jaxmg",
     cyclic: bool = False,
 ) -> Geometry:
     """Work out mesh, axis and form of ``a`` from ``mesh``/``in_spec`` or from its sharding.
@@ -455,15 +455,15 @@ def resolve(
             f"not on {platform!r} devices."
         )
     if form == "grid":
-        _refuse_grid_on_mg(backend, row_axis, axis, argname, fn)
-        ndev = _mp_processes(mesh, (row_axis, axis), platform, fn)
+        _refuse_grid_on_mg(backend, row_axis, axis, argname, caller)
+        ndev = _mp_processes(mesh, (row_axis, axis), platform, caller)
         unknown = (UNKNOWN_DEVICE,) * ndev
         return Geometry(mesh, axis, form, ndev, platform, unknown, backend="mp", row_axis=row_axis)
     backend = choose_backend(backend, mesh, axis, platform, cyclic=cyclic)
     if backend == "jax":
         return _dense_geometry(mesh, axis, form, platform)
     if backend == "mp":
-        ndev = _mp_processes(mesh, (axis,), platform, fn)
+        ndev = _mp_processes(mesh, (axis,), platform, caller)
         return Geometry(mesh, axis, form, ndev, platform, (UNKNOWN_DEVICE,) * ndev, backend="mp")
     device_ids, job, pids = _participants(mesh, axis, platform)
     check_device_count(len(device_ids), platform, axis)
@@ -503,7 +503,7 @@ def _dense_geometry(mesh, axis: str, form: Form, platform: str) -> Geometry:
     return Geometry(mesh, axis, form, 1, platform, (UNKNOWN_DEVICE,), backend="jax")
 
 
-def _mp_processes(mesh, axes: tuple[str, ...], platform: str, fn: str) -> int:
+def _mp_processes(mesh, axes: tuple[str, ...], platform: str, caller: str) -> int:
     """The number of processes of a ``"mp"`` call after checking its setup: the mesh ``axes``
     (one, or ``P(r, c)``'s two) hold one device of every process of the job, in process order
     (row-major over a grid), and the mesh nothing else."""
@@ -518,7 +518,7 @@ def _mp_processes(mesh, axes: tuple[str, ...], platform: str, fn: str) -> int:
         owners = [d.process_index for d in np.transpose(mesh.devices, order).flat]
         if sorted(owners) == list(range(processes)) and owners != sorted(owners):
             raise ValueError(
-                f"{fn}: backend='mp' needs the devices of {named} in process order (position p "
+                f"{caller}: backend='mp' needs the devices of {named} in process order (position p "
                 f"on process p, row-major; found processes {owners}): ScaLAPACK's grid follows "
                 "the MPI ranks. Build the mesh with jax.make_mesh, or sort its devices by "
                 "process_index."
@@ -528,7 +528,7 @@ def _mp_processes(mesh, axes: tuple[str, ...], platform: str, fn: str) -> int:
         fits = jax.local_device_count(platform) == 1
     if others or ndev != processes or not fits:
         raise ValueError(
-            f"{fn}: backend='mp' runs one process per device over every process of the job: "
+            f"{caller}: backend='mp' runs one process per device over every process of the job: "
             f"{named} must hold exactly one device of each of the {processes} processes, and "
             f"no other axis may split it; found the mesh {shape}"
             + ("" if others else f" with {ndev} device(s) on {listed}")
@@ -538,10 +538,10 @@ def _mp_processes(mesh, axes: tuple[str, ...], platform: str, fn: str) -> int:
     return ndev
 
 
-def _refuse_grid_on_mg(backend, row_axis: str, axis: str, what: str, fn: str) -> None:
+def _refuse_grid_on_mg(backend, row_axis: str, axis: str, what: str, caller: str) -> None:
     if backend == "mg":
         raise ValueError(
-            f"{fn}: {what} is sharded over a process grid P({row_axis!r}, {axis!r}), which only "
-            "backend='mp' (ScaLAPACK's 2D block-cyclic layout) solves on; backend='mg' "
+            f"{caller}: {what} is sharded over a process grid P({row_axis!r}, {axis!r}), which "
+            "only backend='mp' (ScaLAPACK's 2D block-cyclic layout) solves on; backend='mg' "
             "(cuSolverMg, 1D) takes P(None, ax) or P(ax, None)."
         )

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from . import _checks
+from . import _validate
 from ._call import engine_relays_blocks, locate
 from ._local import _explicit, _placed
 
@@ -27,33 +27,33 @@ def _h(a):
     return jnp.conj(a).T
 
 
-def _where(A, mesh, in_specs, backend, fn):
+def _where(A, mesh, in_specs, backend, caller):
     """Checks before any device work: ``A``'s type and shape, the sharding it is solved on."""
-    (spec,) = _checks.in_specs(in_specs, fn, ("A",))
-    geometry, dtype = locate(A, mesh, spec, backend, fn)
+    (spec,) = _validate.in_specs(in_specs, caller, ("A",))
+    geometry, dtype = locate(A, mesh, spec, backend, caller)
     m, n = A.shape
     if geometry.form == "grid":
         if not _native_mp(geometry):
             raise ValueError(
-                f"{fn}: A sharded over a process grid P(r, c) runs on ScaLAPACK's own routines "
+                f"{caller}: A sharded over a process grid P(r, c) runs on ScaLAPACK's own routines "
                 "only (backend 'mp' on CPUs); the compositions of backend 'mp' on GPUs take A "
                 "sharded by rows P(ax, None) or by columns P(None, ax) of one mesh axis."
             )
         rows, cols = geometry.grid
         if m % rows or n % cols:
             raise ValueError(
-                f"{fn}: A of shape {(m, n)} is sharded P(r, c) over a {rows}x{cols} process "
+                f"{caller}: A of shape {(m, n)} is sharded P(r, c) over a {rows}x{cols} process "
                 f"grid: M must be divisible by {rows} and N by {cols}."
             )
     else:
         sharded = m if geometry.form == "rows" else n
         if sharded % geometry.ndev:
             raise ValueError(
-                f"{fn}: A of shape {(m, n)} is sharded by {geometry.form} over {geometry.ndev} "
+                f"{caller}: A of shape {(m, n)} is sharded by {geometry.form} over {geometry.ndev} "
                 f"devices of axis {geometry.axis!r}, which does not divide {sharded}."
             )
     if min(m, n) == 0:
-        raise ValueError(f"{fn}: A must have at least one row and one column, got {(m, n)}.")
+        raise ValueError(f"{caller}: A must have at least one row and one column, got {(m, n)}.")
     return geometry, dtype
 
 

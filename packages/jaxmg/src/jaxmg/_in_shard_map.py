@@ -15,15 +15,15 @@ from typing import Any, Literal
 
 import jax
 
-from . import _checks, _geometry, _native, _v1
+from . import _geometry, _native, _v1, _validate
 from ._call import describe, layout
-from ._checks import Backend, Relayout, Result
 from ._local import (
     _hermitian_blocks_from_lower,
     _potri_local,
     _potrs_local,
     _syevd_local,
 )
+from ._validate import Backend, Relayout, Result
 
 # --- inside a user's shard_map --------------------------------------------------------------------
 
@@ -46,20 +46,20 @@ def _enclosing_shard_map():
     return mesh, manual
 
 
-def _grid_from_abstract_mesh(axes, backend=None, fn: str = "jaxmg") -> _geometry.Geometry:
+def _grid_from_abstract_mesh(axes, backend=None, caller: str = "jaxmg") -> _geometry.Geometry:
     """The geometry of local blocks of a matrix sharded ``P(r, c)`` over ``axes = (r, c)``,
     inside a user's ``shard_map`` (backend ``"mp"`` only)."""
     mesh, manual = _enclosing_shard_map()
     for name in axes:
         if name not in manual:
             raise ValueError(
-                f"{fn}: axis_name={tuple(axes)!r} names {name!r}, which is not an axis of the "
+                f"{caller}: axis_name={tuple(axes)!r} names {name!r}, which is not an axis of the "
                 f"enclosing shard_map (axes: {manual})."
             )
     row_axis, axis = axes
-    _geometry._refuse_grid_on_mg(backend, row_axis, axis, "the matrix", fn)
+    _geometry._refuse_grid_on_mg(backend, row_axis, axis, "the matrix", caller)
     platform = _geometry._platform(mesh)
-    ndev = _geometry._mp_processes(mesh, (row_axis, axis), platform, fn)
+    ndev = _geometry._mp_processes(mesh, (row_axis, axis), platform, caller)
     unknown = (_geometry.UNKNOWN_DEVICE,) * ndev
     return _geometry.Geometry(
         mesh, axis, "grid", ndev, platform, unknown, backend="mp", row_axis=row_axis
@@ -71,7 +71,7 @@ def _from_abstract_mesh(
     form: _geometry.Form,
     fits,
     backend=None,
-    fn: str = "jaxmg",
+    caller: str = "jaxmg",
     cyclic: bool = False,
 ) -> _geometry.Geometry:
     """The geometry inside a user's ``shard_map``, where only the abstract mesh is known.
@@ -102,7 +102,7 @@ def _from_abstract_mesh(
     if backend == "jax":
         return _geometry._dense_geometry(mesh, axis_name, form, platform)
     if backend == "mp":
-        ndev = _geometry._mp_processes(mesh, (axis_name,), platform, fn)
+        ndev = _geometry._mp_processes(mesh, (axis_name,), platform, caller)
         unknown = (_geometry.UNKNOWN_DEVICE,) * ndev
         return _geometry.Geometry(mesh, axis_name, form, ndev, platform, unknown, backend="mp")
     device_ids, job, pids = _geometry._abstract_participants(mesh, axis_name, platform)
@@ -113,22 +113,22 @@ def _from_abstract_mesh(
 
 
 def _local_statics(
-    a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, routine, fn, backend=None
+    a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, routine, caller, backend=None
 ):
     """Validate a local block and the arguments; the :class:`jaxmg._call.Call` of the local
     bodies."""
-    backend = _checks.backend(backend, fn)
+    backend = _validate.backend(backend, caller)
     if sharded_by == "grid":
         return _grid_local_statics(
-            a, T_A, cyclic_1d, axis_name, relayout, pad, routine, fn, backend
+            a, T_A, cyclic_1d, axis_name, relayout, pad, routine, caller, backend
         )
     if sharded_by not in ("cols", "rows"):
         raise ValueError(
-            f"{fn}: sharded_by must be 'cols', 'rows' or 'grid' (P(r, c), backend 'mp'), got "
+            f"{caller}: sharded_by must be 'cols', 'rows' or 'grid' (P(r, c), backend 'mp'), got "
             f"{sharded_by!r}."
         )
-    _checks.matrix_dtype(a, fn, argname="a")
-    T_A = _checks.tile_size(T_A, fn, cyclic_1d)
+    _validate.matrix_dtype(a, caller, argname="a")
+    T_A = _validate.tile_size(T_A, caller, cyclic_1d)
     dim = 1 if sharded_by == "cols" else 0
     n, width = int(a.shape[1 - dim]), int(a.shape[dim])
 
@@ -137,24 +137,26 @@ def _local_statics(
             return False
         if not cyclic_1d:
             return width * ndev == n
-        return _checks.plan(n, ndev, T_A, fn).local_width == width
+        return _validate.plan(n, ndev, T_A, caller).local_width == width
 
-    geometry = _from_abstract_mesh(axis_name, sharded_by, fits, backend, fn, cyclic=bool(cyclic_1d))
+    geometry = _from_abstract_mesh(
+        axis_name, sharded_by, fits, backend, caller, cyclic=bool(cyclic_1d)
+    )
     if geometry.backend == "mp":
-        _native.load_mp(fn, geometry.platform)
-    plan = layout(T_A, n, geometry, pad, routine, fn)
+        _native.load_mp(caller, geometry.platform)
+    plan = layout(T_A, n, geometry, pad, routine, caller)
     expected = plan.local_width if cyclic_1d else plan.shard_size
     if width != expected:
         raise ValueError(
-            f"{fn}: local block of shape {tuple(a.shape)} does not match N={n} over "
+            f"{caller}: local block of shape {tuple(a.shape)} does not match N={n} over "
             f"{geometry.ndev} devices along {geometry.axis!r}"
             + (f" in the block-cyclic layout (width {expected})" if cyclic_1d else "")
             + f"; expected {expected} {geometry.form} per device."
         )
-    return describe(plan.T_A, n, cyclic_1d, relayout, geometry, fn)
+    return describe(plan.T_A, n, cyclic_1d, relayout, geometry, caller)
 
 
-def _grid_local_statics(a, T_A, cyclic_1d, axis_name, relayout, pad, routine, fn, backend):
+def _grid_local_statics(a, T_A, cyclic_1d, axis_name, relayout, pad, routine, caller, backend):
     """:func:`_local_statics` for the block ``[N/rows, N/cols]`` of a matrix sharded
     ``P(r, c)``, ``axis_name=(r, c)``."""
     if not (
@@ -163,36 +165,38 @@ def _grid_local_statics(a, T_A, cyclic_1d, axis_name, relayout, pad, routine, fn
         and all(isinstance(name, str) for name in axis_name)
     ):
         raise ValueError(
-            f"{fn}: sharded_by='grid' needs axis_name=(r, c), the mesh axes of the process rows "
-            f"and columns of the enclosing shard_map; got axis_name={axis_name!r}."
+            f"{caller}: sharded_by='grid' needs axis_name=(r, c), the mesh axes of the process "
+            f"rows and columns of the enclosing shard_map; got axis_name={axis_name!r}."
         )
     if cyclic_1d:
-        raise ValueError(f"{fn}: cyclic_1d=True is a 1D layout; sharded_by='grid' takes blocks.")
-    _checks.matrix_dtype(a, fn, argname="a")
-    T_A = _checks.tile_size(T_A, fn)
-    geometry = _grid_from_abstract_mesh(tuple(axis_name), backend, fn)
-    _native.load_mp(fn, geometry.platform)
+        raise ValueError(
+            f"{caller}: cyclic_1d=True is a 1D layout; sharded_by='grid' takes blocks."
+        )
+    _validate.matrix_dtype(a, caller, argname="a")
+    T_A = _validate.tile_size(T_A, caller)
+    geometry = _grid_from_abstract_mesh(tuple(axis_name), backend, caller)
+    _native.load_mp(caller, geometry.platform)
     rows, cols = geometry.grid
     n = int(a.shape[0]) * rows
     if a.ndim != 2 or a.shape[1] * cols != n:
         raise ValueError(
-            f"{fn}: local block of shape {tuple(a.shape)} is not one of a square matrix on the "
+            f"{caller}: local block of shape {tuple(a.shape)} is not one of a square matrix on the "
             f"{rows} x {cols} grid {tuple(axis_name)}: expected [N/{rows}, N/{cols}]."
         )
     if routine == "potri" and rows != cols:
         raise ValueError(
-            f"{fn}: on a {rows} x {cols} grid the blocks above the diagonal are not the "
+            f"{caller}: on a {rows} x {cols} grid the blocks above the diagonal are not the "
             "transposes of blocks below it, so potri_no_shardmap takes square grids only; call "
             "jaxmg.potri on the global array instead."
         )
-    tile = _checks.grid_plan(n, geometry.grid, T_A, pad, fn).tile
-    return describe(tile, n, False, relayout, geometry, fn)
+    tile = _validate.grid_plan(n, geometry.grid, T_A, pad, caller).tile
+    return describe(tile, n, False, relayout, geometry, caller)
 
 
 def _potrs_blocks(a, b, call):
     """potrs on local blocks: ``b`` (``[N]`` or ``[N, nrhs]``) checked, ``x`` in its shape."""
-    dtype = _checks.matrix_dtype(a, call.caller, "a")
-    b_shape = _checks.rhs_shape(b, call.n, dtype, call.caller)
+    dtype = _validate.matrix_dtype(a, call.caller, "a")
+    b_shape = _validate.rhs_shape(b, call.n, dtype, call.caller)
     x, status = _potrs_local(call, a, b.reshape(call.n, -1))
     return x.reshape(b_shape), status
 
@@ -227,10 +231,10 @@ def potrs_no_shardmap(
       ``(x, status)``: ``x`` like ``b``, the same on every device; ``status`` int32 ``[1]``
       (0 or ``k > 0``, as in :func:`potrs`). Always returns the status.
     """
-    fn = "jaxmg.potrs_no_shardmap"
-    _checks.keyword_only(fn, positional, "cyclic_1d (the original README's jaxmg)")
+    caller = "jaxmg.potrs_no_shardmap"
+    _validate.keyword_only(caller, positional, "cyclic_1d (the original README's jaxmg)")
     call = _local_statics(
-        a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, "potrs", fn, backend
+        a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, "potrs", caller, backend
     )
     return _potrs_blocks(a, b, call)
 
@@ -252,10 +256,10 @@ def potri_no_shardmap(
     (and layout) as ``a``; ``status`` int32 ``[1]``. Arguments as for
     :func:`potrs_no_shardmap`; ``sharded_by="grid"`` takes square grids only.
     """
-    fn = "jaxmg.potri_no_shardmap"
-    _checks.keyword_only(fn, positional, "cyclic_1d (the original README's jaxmg)")
+    caller = "jaxmg.potri_no_shardmap"
+    _validate.keyword_only(caller, positional, "cyclic_1d (the original README's jaxmg)")
     call = _local_statics(
-        a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, "potri", fn, backend
+        a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, "potri", caller, backend
     )
     inv, status = _potri_local(call, a)
     if call.geometry.form == "grid":  # the lower triangle: fill the upper one
@@ -282,10 +286,12 @@ def syevd_no_shardmap(
     ``status`` int32 ``[1]``. Arguments as for :func:`potrs_no_shardmap`; a GPU tile over 1024
     is lowered to 1024 with a ``UserWarning``.
     """
-    fn = "jaxmg.syevd_no_shardmap"
-    _checks.keyword_only(fn, positional, "return_eigenvectors, e.g. return_eigenvectors=False")
+    caller = "jaxmg.syevd_no_shardmap"
+    _validate.keyword_only(
+        caller, positional, "return_eigenvectors, e.g. return_eigenvectors=False"
+    )
     call = _local_statics(
-        a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, "syevd", fn, backend
+        a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, "syevd", caller, backend
     )
     return _syevd_local(call, a, bool(return_eigenvectors))
 
@@ -321,8 +327,8 @@ def potrs_shardmap_ctx(
 
 
 def _potrs_rows(a, b, T_A=None, pad=True, *, axis_name=None, relayout="native", backend=None):
-    fn = "jaxmg.potrs_shardmap_ctx"
-    call = _local_statics(a, T_A, False, axis_name, "rows", relayout, pad, "potrs", fn, backend)
+    caller = "jaxmg.potrs_shardmap_ctx"
+    call = _local_statics(a, T_A, False, axis_name, "rows", relayout, pad, "potrs", caller, backend)
     return _potrs_blocks(a, b, call)
 
 
@@ -339,8 +345,8 @@ def potri_shardmap_ctx(
     ``(inverse_rows, status)``, this device's rows of the full Hermitian inverse (0.0.x
     returned only the upper triangle, for :func:`potri_symmetrize`, which leaves this
     unchanged)."""
-    fn = "jaxmg.potri_shardmap_ctx"
-    call = _local_statics(a, T_A, False, axis_name, "rows", relayout, pad, "potri", fn, backend)
+    caller = "jaxmg.potri_shardmap_ctx"
+    call = _local_statics(a, T_A, False, axis_name, "rows", relayout, pad, "potri", caller, backend)
     return _potri_local(call, a)
 
 
@@ -378,6 +384,6 @@ def _syevd_rows(
     relayout="native",
     backend=None,
 ):
-    fn = "jaxmg.syevd_shardmap_ctx"
-    call = _local_statics(a, T_A, False, axis_name, "rows", relayout, pad, "syevd", fn, backend)
+    caller = "jaxmg.syevd_shardmap_ctx"
+    call = _local_statics(a, T_A, False, axis_name, "rows", relayout, pad, "syevd", caller, backend)
     return _syevd_local(call, a, bool(return_eigenvectors), v_columns=True)

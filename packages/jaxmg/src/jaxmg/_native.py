@@ -45,10 +45,10 @@ _MP_CPU = types.SimpleNamespace(
 )
 
 
-def _refuse(fn: str, what: str):
+def _refuse(caller: str, what: str):
     def refuse(*args, **kwargs):
         raise NotImplementedError(
-            f"{fn}: backend='mp' on GPUs has no {what}: cuSOLVERMp 0.9 has no inverse and "
+            f"{caller}: backend='mp' on GPUs has no {what}: cuSOLVERMp 0.9 has no inverse and "
             "solves only A x = b, one right-hand side at a time. On one node backend='mg' has "
             "it; across nodes, jaxmg.gather_to_hosts(A, jaxmg.host_mesh()) gathers A onto each "
             "node to solve there."
@@ -57,14 +57,14 @@ def _refuse(fn: str, what: str):
     return refuse
 
 
-def _mp_gpu(fn: str):
+def _mp_gpu(caller: str):
     """The ``"mp"`` wrappers on GPUs: cuSOLVERMp over this job's NCCL communicator, with what
     it cannot do refused at trace time."""
     nccl_id = jaxmg_cuda.mp.nccl_id()
     wrappers = {r: functools.partial(getattr(jaxmg_cuda.mp, r), nccl_id=nccl_id) for r in _ROUTINES}
-    inverse = _refuse(fn, "inverse (potri, and the derivative of a log-determinant)")
+    inverse = _refuse(caller, "inverse (potri, and the derivative of a log-determinant)")
     transposed = _refuse(
-        fn,
+        caller,
         "solve with A^T or A^H (lu_solve with trans=1 or 2, and derivatives through lu_solve)",
     )
 
@@ -77,33 +77,33 @@ def _mp_gpu(fn: str):
     return types.SimpleNamespace(solves_transposed=False, **wrappers)
 
 
-def engine(platform: str, fn: str, backend: str = "mg"):
+def engine(platform: str, caller: str, backend: str = "mg"):
     """The wrappers of ``backend`` (``"mg"``, ``"mp"`` or ``"jax"``) on ``platform``."""
     if backend == "jax":
         return _dense.engine(platform)
     if backend == "mp":
-        return _mp_gpu(fn) if platform == "gpu" else _MP_CPU
+        return _mp_gpu(caller) if platform == "gpu" else _MP_CPU
     if platform == "gpu" and not jaxmg_cuda.has_cuda_support():
         raise RuntimeError(
-            f"{fn}: A lives on GPUs but the installed jaxmg-cuda was built without CUDA "
+            f"{caller}: A lives on GPUs but the installed jaxmg-cuda was built without CUDA "
             "support. Reinstall it with CUDA on (the default): "
             "pip install --force-reinstall ./packages/jaxmg-cuda"
         )
     return _MG
 
 
-def load_mp(fn: str, platform: str) -> None:
+def load_mp(caller: str, platform: str) -> None:
     """Open the ``"mp"`` engine's libraries in this process, or raise: on CPUs ScaLAPACK over
     MPI; on GPUs NCCL and cuSOLVERMp, whose communicator's id the processes share here."""
     if platform == "gpu" and not jaxmg_cuda.has_cuda_support():
         raise RuntimeError(
-            f"{fn}: A lives on GPUs but the installed jaxmg-cuda was built without CUDA "
+            f"{caller}: A lives on GPUs but the installed jaxmg-cuda was built without CUDA "
             "support. Reinstall it with CUDA on (the default): "
             "pip install --force-reinstall ./packages/jaxmg-cuda"
         )
     if platform == "gpu" and os.environ.get(_processes.GPU_MULTIPROCESS_ENV) != "1":
         raise NotImplementedError(
-            f"{fn}: backend='mp' on GPUs (cuSOLVERMp over NCCL) is built but has not yet run "
+            f"{caller}: backend='mp' on GPUs (cuSOLVERMp over NCCL) is built but has not yet run "
             "on GPU hardware, so it is off by default: set "
             f"{_processes.GPU_MULTIPROCESS_ENV}=1 in every process to try it. On one node "
             "backend='mg' runs; across nodes, jaxmg.gather_to_hosts(A, jaxmg.host_mesh()) "
@@ -115,4 +115,4 @@ def load_mp(fn: str, platform: str) -> None:
         else:
             jaxmg_cuda.mp.load()
     except RuntimeError as error:
-        raise RuntimeError(f"{fn}: {error}") from error
+        raise RuntimeError(f"{caller}: {error}") from error

@@ -20,8 +20,7 @@ from jax.sharding import PartitionSpec as P
 
 import jaxmg_cuda.mp
 
-from . import _checks
-from ._checks import AnyMesh, Result, Specs
+from . import _validate
 from ._glue import (
     _REPLICATED,
     _glue,
@@ -35,6 +34,7 @@ from ._glue import (
     _where,
 )
 from ._local import _placed
+from ._validate import AnyMesh, Result, Specs
 
 
 def _mp_tile(geometry, T_A, shape):
@@ -128,14 +128,16 @@ def gels(
 
     Returns ``x`` (``[N]`` or ``[N, K]``, replicated), and the status. No derivatives.
     """
-    fn = "jaxmg.gels"
-    _checks.keyword_only(fn, positional, "T_A or return_status, e.g. return_status=True")
-    geometry, dtype = _where(A, mesh, in_specs, "mp", fn)
+    caller = "jaxmg.gels"
+    _validate.keyword_only(caller, positional, "T_A or return_status, e.g. return_status=True")
+    geometry, dtype = _where(A, mesh, in_specs, "mp", caller)
     if not _native_mp(geometry):
-        raise ValueError(f"{fn}: p?gels runs on CPUs only (ScaLAPACK); use jaxmg.lstsq on GPUs.")
+        raise ValueError(
+            f"{caller}: p?gels runs on CPUs only (ScaLAPACK); use jaxmg.lstsq on GPUs."
+        )
     m, n = A.shape
-    b_shape = _checks.rhs_shape(b, m, dtype, fn)
-    T_A = _checks.tile_size(T_A, fn)
+    b_shape = _validate.rhs_shape(b, m, dtype, caller)
+    T_A = _validate.tile_size(T_A, caller)
     a = _placed(A, geometry.mesh, geometry.spec)
     b2 = _placed(jnp.reshape(b, (m, -1)), geometry.mesh, _REPLICATED)
     x, status = _gels_call(geometry, _mp_tile(geometry, T_A, (m, n)), a, b2)

@@ -26,13 +26,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from . import _api, _checks, _factors, _v1_status
-from ._checks import AnyMesh, Backend, Result, Specs
+from . import _api, _factors, _v1_status, _validate
 from ._decompositions import _give_up, _polar_of, _qr_of, _svd_of, _v1_options
 from ._glue import _native_mp, _where
 from ._local import _placed
 from ._scalapack import _gels_call, _mp_tile
 from ._svd import _lstsq_call
+from ._validate import AnyMesh, Backend, Result, Specs
 
 
 def gesvd(
@@ -67,14 +67,14 @@ def gesvd(
     Returns:
       NumPy's order: ``(U, s, Vh)``, ``(U, s)``, ``(s, Vh)`` or ``s``; the status last.
     """
-    fn = "jaxmg.gesvd"
-    _checks.keyword_only(fn, positional, "compute_u (jaxmg 1.x), e.g. compute_u=False")
-    T_A, in_specs, _ = _v1_options(fn, T_A, pad, donate, in_specs, matrix_specs)
-    compute_u = _checks.flag(compute_u, "compute_u", fn)
-    compute_vh = _checks.flag(compute_vh, "compute_vh", fn)
-    full = _checks.flag(full_matrices, "full_matrices", fn)
+    caller = "jaxmg.gesvd"
+    _validate.keyword_only(caller, positional, "compute_u (jaxmg 1.x), e.g. compute_u=False")
+    T_A, in_specs, _ = _v1_options(caller, T_A, pad, donate, in_specs, matrix_specs)
+    compute_u = _validate.flag(compute_u, "compute_u", caller)
+    compute_vh = _validate.flag(compute_vh, "compute_vh", caller)
+    full = _validate.flag(full_matrices, "full_matrices", caller)
     vectors = compute_u or compute_vh
-    u, s, vh, status, geometry = _svd_of(A, full, vectors, T_A, mesh, in_specs, backend, fn)
+    u, s, vh, status, geometry = _svd_of(A, full, vectors, T_A, mesh, in_specs, backend, caller)
     _give_up(donate, A)
     out = ((u,) if compute_u else ()) + (s,) + ((vh,) if compute_vh else ())
     if return_status:
@@ -115,24 +115,24 @@ def least_squares(
     for a numerically rank-deficient ``A`` the minimum-norm solution, where ``Gels`` gives a
     large, inaccurate one.
     """
-    fn = "jaxmg.least_squares"
-    _checks.keyword_only(fn, positional, "return_status (jaxmg 1.x), e.g. return_status=True")
-    T_A, in_specs, _ = _v1_options(fn, T_A, pad, donate, in_specs, matrix_specs)
-    x, status = _least_squares(A, b, T_A, mesh, in_specs, backend, fn)
+    caller = "jaxmg.least_squares"
+    _validate.keyword_only(caller, positional, "return_status (jaxmg 1.x), e.g. return_status=True")
+    T_A, in_specs, _ = _v1_options(caller, T_A, pad, donate, in_specs, matrix_specs)
+    x, status = _least_squares(A, b, T_A, mesh, in_specs, backend, caller)
     _give_up(donate, A, b)
     return (x, status) if return_status else x
 
 
-def _least_squares(A, b, T_A, mesh, in_specs, backend, fn):
+def _least_squares(A, b, T_A, mesh, in_specs, backend, caller):
     """``(x, 1.x status)`` of :func:`least_squares`."""
-    geometry, dtype = _where(A, mesh, in_specs, backend, fn)
+    geometry, dtype = _where(A, mesh, in_specs, backend, caller)
     m, n = A.shape
     if m < n:
         raise ValueError(
-            f"{fn}: A has shape {(m, n)}; least_squares (as jaxmg 1.x's) takes M >= N. For the "
+            f"{caller}: A has shape {(m, n)}; least_squares (as jaxmg 1.x's) takes M >= N. For the "
             "minimum-norm solution of a wide A call jaxmg.lstsq."
         )
-    b_shape = _checks.rhs_shape(b, m, dtype, fn)
+    b_shape = _validate.rhs_shape(b, m, dtype, caller)
     a = _placed(A, geometry.mesh, geometry.spec)
     b2 = _placed(jnp.reshape(b, (m, -1)), geometry.mesh, P(None, None))
     if _native_mp(geometry):
@@ -149,19 +149,19 @@ def _least_squares(A, b, T_A, mesh, in_specs, backend, fn):
 # --- the *_shardmap_ctx functions on global arrays ------------------------------------------------
 
 
-def _global_call(fn, mesh, in_specs, matrix_specs, positional, pad):
+def _global_call(caller, mesh, in_specs, matrix_specs, positional, pad):
     """The checks of a ``*_shardmap_ctx`` call on global arrays (jaxmg 1.x's form): its
     ``in_specs``. Outside ``shard_map`` the fourth argument is 1.x's ``mesh``; a bool there is
     jaxmg 0.0.x's ``pad``, which only calls inside ``shard_map`` take."""
-    _checks.keyword_only(fn, positional, "in_specs or pad (jaxmg 1.x), e.g. pad=False")
+    _validate.keyword_only(caller, positional, "in_specs or pad (jaxmg 1.x), e.g. pad=False")
     if isinstance(mesh, (bool, np.bool_)):
         raise TypeError(
-            f"{fn}: called on global arrays (no enclosing jax.shard_map), this is jaxmg 1.x's "
+            f"{caller}: called on global arrays (no enclosing jax.shard_map), this is jaxmg 1.x's "
             f"function, whose fourth argument is mesh; got {mesh!r}. jaxmg 0.0.x's "
             "(a, b, T_A, pad) form runs inside jax.shard_map, on local blocks of rows."
         )
-    _checks.flag(pad, "pad", fn)
-    return _checks.matrix_specs(in_specs, matrix_specs, fn)[0]
+    _validate.flag(pad, "pad", caller)
+    return _validate.matrix_specs(in_specs, matrix_specs, caller)[0]
 
 
 def potrs_global(
@@ -178,10 +178,10 @@ def potrs_global(
 ) -> Result:
     """jaxmg 1.x's ``potrs_shardmap_ctx``: :func:`jaxmg.potrs` on global arrays, ``a`` and
     ``b`` kept; returns ``(a_work, x, status)`` or ``(a_work, x, logdet, status)``."""
-    fn = "jaxmg.potrs_shardmap_ctx"
-    specs = _global_call(fn, mesh, in_specs, matrix_specs, positional, pad)
+    caller = "jaxmg.potrs_shardmap_ctx"
+    specs = _global_call(caller, mesh, in_specs, matrix_specs, positional, pad)
     options = dict(cyclic_1d=False, pad=pad, relayout="native", backend=backend)
-    out = _api._potrs(a, b, T_A, mesh, specs, fn, True, True, return_logdet, False, **options)
+    out = _api._potrs(a, b, T_A, mesh, specs, caller, True, True, return_logdet, False, **options)
     return (a, *out)
 
 
@@ -198,11 +198,11 @@ def syevd_global(
 ) -> Result:
     """jaxmg 1.x's ``syevd_shardmap_ctx``: :func:`jaxmg.syevd` on global arrays, ``a`` kept;
     returns ``(a_work, w, V, status)`` or ``(a_work, w, status)``."""
-    fn = "jaxmg.syevd_shardmap_ctx"
-    specs = _global_call(fn, mesh, in_specs, matrix_specs, positional, pad)
+    caller = "jaxmg.syevd_shardmap_ctx"
+    specs = _global_call(caller, mesh, in_specs, matrix_specs, positional, pad)
     options = dict(cyclic_1d=False, pad=pad, relayout="native", backend=backend)
-    vectors = _checks.flag(return_eigenvectors, "return_eigenvectors", fn)
-    out = _api._syevd(a, T_A, mesh, specs, fn, True, vectors, True, False, **options)
+    vectors = _validate.flag(return_eigenvectors, "return_eigenvectors", caller)
+    out = _api._syevd(a, T_A, mesh, specs, caller, True, vectors, True, False, **options)
     return (a, *out)
 
 
@@ -219,10 +219,10 @@ def lu_solve_shardmap_ctx(
 ) -> Result:
     """jaxmg 1.x's ``lu_solve_shardmap_ctx``: :func:`jaxmg.lu_solve` on global arrays, ``a``
     and ``b`` kept; returns ``(a_work, x, status)`` (``a_work`` is ``a``)."""
-    fn = "jaxmg.lu_solve_shardmap_ctx"
-    specs = _global_call(fn, mesh, in_specs, matrix_specs, positional, pad)
+    caller = "jaxmg.lu_solve_shardmap_ctx"
+    specs = _global_call(caller, mesh, in_specs, matrix_specs, positional, pad)
     options = dict(cyclic_1d=False, pad=pad, relayout="native", backend=backend)
-    x, status = _factors._lu_solve(a, b, T_A, mesh, specs, fn, True, 0, True, False, **options)
+    x, status = _factors._lu_solve(a, b, T_A, mesh, specs, caller, True, 0, True, False, **options)
     return a, x, status
 
 
@@ -241,9 +241,9 @@ def least_squares_shardmap_ctx(
     ``a`` and ``b`` kept; returns ``(a_work, b_work, x, status)``: ``a_work`` is ``a``, and
     ``b_work`` has ``b``'s shape with ``x`` in its first ``N`` rows (1.x's contract), zeros
     below."""
-    fn = "jaxmg.least_squares_shardmap_ctx"
-    specs = _global_call(fn, mesh, in_specs, matrix_specs, positional, pad)
-    x, status = _least_squares(a, b, _checks.tile_size(T_A, fn), mesh, specs, backend, fn)
+    caller = "jaxmg.least_squares_shardmap_ctx"
+    specs = _global_call(caller, mesh, in_specs, matrix_specs, positional, pad)
+    x, status = _least_squares(a, b, _validate.tile_size(T_A, caller), mesh, specs, backend, caller)
     rows = a.shape[0] - a.shape[1]
     b_work = jnp.concatenate([x, jnp.zeros((rows, *x.shape[1:]), x.dtype)], axis=0)
     return a, b_work, x, status
@@ -261,10 +261,10 @@ def qr_shardmap_ctx(
 ) -> Result:
     """jaxmg 1.x's ``qr_shardmap_ctx``: :func:`jaxmg.qr` on global arrays, ``a`` kept; returns
     ``(Q, R, status)`` (as 1.x's, no work buffer)."""
-    fn = "jaxmg.qr_shardmap_ctx"
-    specs = _global_call(fn, mesh, in_specs, matrix_specs, positional, pad)
-    T_A = _checks.tile_size(T_A, fn)
-    q, r, info, geometry = _qr_of(a, T_A, mesh, specs, "reduced", backend, fn)
+    caller = "jaxmg.qr_shardmap_ctx"
+    specs = _global_call(caller, mesh, in_specs, matrix_specs, positional, pad)
+    T_A = _validate.tile_size(T_A, caller)
+    q, r, info, geometry = _qr_of(a, T_A, mesh, specs, "reduced", backend, caller)
     return q, r, _v1_status.vector("qr", info, geometry, shape=a.shape, tile=T_A or 0)
 
 
@@ -281,11 +281,11 @@ def polar_shardmap_ctx(
 ) -> Result:
     """jaxmg 1.x's ``polar_shardmap_ctx``: :func:`jaxmg.polar` on global arrays, ``a`` kept;
     returns ``(U, H, status)`` or ``(U, status)`` (as 1.x's, no work buffer)."""
-    fn = "jaxmg.polar_shardmap_ctx"
-    specs = _global_call(fn, mesh, in_specs, matrix_specs, positional, pad)
-    T_A = _checks.tile_size(T_A, fn)
-    compute_h = _checks.flag(compute_h, "compute_h", fn)
-    u, h, info, geometry = _polar_of(a, T_A, mesh, specs, "right", backend, fn)
+    caller = "jaxmg.polar_shardmap_ctx"
+    specs = _global_call(caller, mesh, in_specs, matrix_specs, positional, pad)
+    T_A = _validate.tile_size(T_A, caller)
+    compute_h = _validate.flag(compute_h, "compute_h", caller)
+    u, h, info, geometry = _polar_of(a, T_A, mesh, specs, "right", backend, caller)
     status = _v1_status.vector("polar", info, geometry, shape=a.shape, tile=T_A or 0)
     return (u, h, status) if compute_h else (u, status)
 
@@ -306,8 +306,8 @@ def gesvd_shardmap_ctx(
     """jaxmg 1.x's ``gesvd_shardmap_ctx``: :func:`gesvd` on global arrays, ``a`` kept; returns
     ``(a_work, U, s, Vh, status)``, without ``U`` or ``Vh`` when not computed (``a_work`` is
     ``a``)."""
-    fn = "jaxmg.gesvd_shardmap_ctx"
-    specs = _global_call(fn, mesh, in_specs, matrix_specs, positional, pad)
+    caller = "jaxmg.gesvd_shardmap_ctx"
+    specs = _global_call(caller, mesh, in_specs, matrix_specs, positional, pad)
     out = gesvd(
         a,
         T_A,

@@ -1,4 +1,7 @@
-"""Input validation shared by the solvers: every check runs in Python, before any device work."""
+"""The argument checks every public function runs first, in Python, before any device work: each
+returns the accepted value or raises naming the caller and what would be accepted. Also the tile
+rules.
+"""
 
 from __future__ import annotations
 
@@ -45,81 +48,81 @@ Result: TypeAlias = jax.Array | tuple[jax.Array, ...]
 BACKENDS = ("mg", "mp")
 
 
-def backend(value, fn: str) -> str | None:
+def backend(value, caller: str) -> str | None:
     """The engine asked for (``None``: automatic), or a ValueError naming the accepted ones."""
     if value is None or value == "auto":
         return None
     if not isinstance(value, str) or value not in BACKENDS:
         raise ValueError(
-            f"{fn}: backend must be 'mg' (cuSolverMg / its LAPACK twin, one node), 'mp' (the "
+            f"{caller}: backend must be 'mg' (cuSolverMg / its LAPACK twin, one node), 'mp' (the "
             f"distributed engine, one process per device) or None (automatic), got {value!r}."
         )
     return value
 
 
-def relayout(value, fn: str) -> str:
+def relayout(value, caller: str) -> str:
     """The relayout strategy, or a ValueError naming the accepted ones."""
     if not isinstance(value, str) or value not in RELAYOUTS:
         raise ValueError(
-            f"{fn}: relayout must be 'native' (in place, inside the solver call) or 'jax' "
+            f"{caller}: relayout must be 'native' (in place, inside the solver call) or 'jax' "
             f"(JAX collectives), got {value!r}."
         )
     return value
 
 
-def matrix_dtype(a, fn: str, argname: str = "A") -> np.dtype:
+def matrix_dtype(a, caller: str, argname: str = "A") -> np.dtype:
     """The dtype of a 2-D matrix argument, or a TypeError/ValueError saying what is accepted."""
     shape = getattr(a, "shape", None)
     dtype = getattr(a, "dtype", None)
     if shape is None or dtype is None:
-        raise TypeError(f"{fn}: {argname} must be a jax.Array, got {type(a).__name__}.")
+        raise TypeError(f"{caller}: {argname} must be a jax.Array, got {type(a).__name__}.")
     if len(shape) != 2:
-        raise ValueError(f"{fn}: {argname} must be 2-D [N, N], got shape {tuple(shape)}.")
+        raise ValueError(f"{caller}: {argname} must be 2-D [N, N], got shape {tuple(shape)}.")
     dtype = np.dtype(dtype)
     if dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"{fn}: {argname} has dtype {dtype.name}; accepted: {_DTYPE_NAMES}.")
+        raise TypeError(f"{caller}: {argname} has dtype {dtype.name}; accepted: {_DTYPE_NAMES}.")
     return dtype
 
 
-def square_size(a, fn: str, argname: str = "A") -> int:
+def square_size(a, caller: str, argname: str = "A") -> int:
     n_rows, n_cols = a.shape
     if n_rows != n_cols:
-        raise ValueError(f"{fn}: {argname} must be square [N, N], got shape {tuple(a.shape)}.")
+        raise ValueError(f"{caller}: {argname} must be square [N, N], got shape {tuple(a.shape)}.")
     return int(n_rows)
 
 
-def rhs_shape(b, n: int, dtype: np.dtype, fn: str) -> tuple[int, ...]:
+def rhs_shape(b, n: int, dtype: np.dtype, caller: str) -> tuple[int, ...]:
     """Check ``b`` is ``[N]`` or ``[N, nrhs]`` with A's dtype; return its shape."""
     shape = getattr(b, "shape", None)
     if shape is None or getattr(b, "dtype", None) is None:
-        raise TypeError(f"{fn}: b must be a jax.Array, got {type(b).__name__}.")
+        raise TypeError(f"{caller}: b must be a jax.Array, got {type(b).__name__}.")
     if len(shape) not in (1, 2) or shape[0] != n or (len(shape) == 2 and shape[1] < 1):
         raise ValueError(
-            f"{fn}: b must have shape [{n}] or [{n}, nrhs] with nrhs >= 1 to match the {n} rows "
-            f"of A, got {tuple(shape)}."
+            f"{caller}: b must have shape [{n}] or [{n}, nrhs] with nrhs >= 1 to match the {n} "
+            f"rows of A, got {tuple(shape)}."
         )
     if np.dtype(b.dtype) != dtype:
         raise TypeError(
-            f"{fn}: b has dtype {np.dtype(b.dtype).name} but A has {dtype.name}; they must be "
+            f"{caller}: b has dtype {np.dtype(b.dtype).name} but A has {dtype.name}; they must be "
             "equal (cast one of them)."
         )
     return tuple(shape)
 
 
-def tile_size(T_A, fn: str, cyclic_1d: bool = False) -> int | None:
+def tile_size(T_A, caller: str, cyclic_1d: bool = False) -> int | None:
     """``T_A`` as an int, or ``None`` (chosen later by :func:`auto_tile`); a block-cyclic
     input needs the ``T_A`` it was laid out with."""
     if T_A is None:
         if cyclic_1d:
             raise ValueError(
-                f"{fn}: with cyclic_1d=True pass the T_A that A was laid out with "
+                f"{caller}: with cyclic_1d=True pass the T_A that A was laid out with "
                 "(jaxmg.cyclic_1d_layout(A, T_A)); T_A=None is for block-sharded A."
             )
         return None
     if isinstance(T_A, bool) or not isinstance(T_A, (int, np.integer)):
-        raise TypeError(f"{fn}: T_A must be a positive int or None (automatic), got {T_A!r}.")
+        raise TypeError(f"{caller}: T_A must be a positive int or None (automatic), got {T_A!r}.")
     if T_A <= 0:
-        raise ValueError(f"{fn}: T_A must be a positive int or None (automatic), got {T_A}.")
+        raise ValueError(f"{caller}: T_A must be a positive int or None (automatic), got {T_A}.")
     return int(T_A)
 
 
@@ -158,7 +161,7 @@ def mp_tile(block: tuple[int, ...], pad) -> int:
 
 
 def resolve_tile(
-    T_A, n: int, ndev: int, routine: str, platform: str, fn: str, backend: str = "mg", pad=True
+    T_A, n: int, ndev: int, routine: str, platform: str, caller: str, backend: str = "mg", pad=True
 ) -> int:
     """The tile size a call runs with: ``T_A``, or for ``None`` :func:`auto_tile` (backend
     ``"mg"``) or :func:`mp_tile` (``"mp"``); on GPUs a syevd or getrf tile over cuSolverMg's
@@ -170,7 +173,7 @@ def resolve_tile(
     limit = GPU_MAX_TILE.get(routine) if backend == "mg" and platform == "gpu" else None
     if limit is not None and min(T_A, n // ndev) > limit:
         warnings.warn(
-            f"{fn}: cuSolverMg's {routine} accepts column tiles of at most {limit}; "
+            f"{caller}: cuSolverMg's {routine} accepts column tiles of at most {limit}; "
             f"T_A={T_A} is lowered to {limit}.",
             JaxMgWarning,
             stacklevel=5,
@@ -179,24 +182,24 @@ def resolve_tile(
     return T_A
 
 
-def unpadded(pad, layout: jaxmg_layout.CyclicPlan, fn: str) -> None:
+def unpadded(pad, layout: jaxmg_layout.CyclicPlan, caller: str) -> None:
     """``pad=False`` (jaxmg 0.0.x): the caller promises jaxmg need not widen A's blocks to
     whole tiles. Refuses a tile that would need it, naming tiles that would not."""
     if not isinstance(pad, (bool, np.bool_)):
-        raise TypeError(f"{fn}: pad must be True or False, got {pad!r}.")
+        raise TypeError(f"{caller}: pad must be True or False, got {pad!r}.")
     s = layout.shard_size
     if pad or not layout.needs_relayout or s % layout.tile == 0:
         return
     divisors = ", ".join(str(t) for t in [t for t in range(2, s) if s % t == 0][-5:])
     raise ValueError(
-        f"{fn}: pad=False, but T_A={layout.T_A} does not divide the {s} rows/columns each "
+        f"{caller}: pad=False, but T_A={layout.T_A} does not divide the {s} rows/columns each "
         "device holds, so A's blocks would be widened to whole tiles. Use pad=True (the "
         f"default), a T_A of at least {s} (no relayout)"
         + (f", or one that divides {s} ({divisors})." if divisors else ".")
     )
 
 
-def in_specs(value, fn: str, arrays: tuple[str, ...]) -> tuple:
+def in_specs(value, caller: str, arrays: tuple[str, ...]) -> tuple:
     """``in_specs`` as one entry per array argument (``None`` where not given).
 
     Accepted: ``None``, a ``PartitionSpec`` (for ``A``), or a tuple/list of one
@@ -207,20 +210,20 @@ def in_specs(value, fn: str, arrays: tuple[str, ...]) -> tuple:
     specs = (value,) if isinstance(value, P) else value
     if not isinstance(specs, (tuple, list)) or not 1 <= len(specs) <= len(arrays):
         raise TypeError(
-            f"{fn}: in_specs must be a PartitionSpec or a tuple of up to {len(arrays)} of them "
+            f"{caller}: in_specs must be a PartitionSpec or a tuple of up to {len(arrays)} of them "
             f"(one per argument {', '.join(arrays)}), got {value!r} of type "
             f"{type(value).__name__}."
         )
     for name, spec in zip(arrays, specs, strict=False):
         if not isinstance(spec, P) and not (spec is None and name != arrays[0]):
             raise TypeError(
-                f"{fn}: in_specs entry for {name} must be a jax.sharding.PartitionSpec, got "
+                f"{caller}: in_specs entry for {name} must be a jax.sharding.PartitionSpec, got "
                 f"{spec!r} of type {type(spec).__name__}."
             )
     return tuple(specs) + (None,) * (len(arrays) - len(specs))
 
 
-def matrix_specs(in_specs, matrix_specs, fn: str):
+def matrix_specs(in_specs, matrix_specs, caller: str):
     """``(specs, v1)``: jaxmg 1.x's ``matrix_specs=`` is ``in_specs`` under its 1.x name (the
     same positional slot, the spec of ``A``); ``v1`` says the call used it, and so is 1.x's
     (its status then comes in 1.x's form, :mod:`jaxmg._v1_status`)."""
@@ -228,44 +231,44 @@ def matrix_specs(in_specs, matrix_specs, fn: str):
         return in_specs, False
     if in_specs is not None:
         raise ValueError(
-            f"{fn}: pass the sharding of A once, as in_specs= (or positionally) or as "
+            f"{caller}: pass the sharding of A once, as in_specs= (or positionally) or as "
             "matrix_specs= (jaxmg 1.x's name), not both."
         )
     return matrix_specs, True
 
 
-def flag(value, name: str, fn: str) -> bool:
+def flag(value, name: str, caller: str) -> bool:
     """A boolean option, checked: ``True`` or ``False`` (numpy's bools too)."""
     if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{fn}: {name} must be True or False, got {value!r}.")
+        raise TypeError(f"{caller}: {name} must be True or False, got {value!r}.")
     return bool(value)
 
 
-def keyword_only(fn: str, extra: tuple, was: str) -> None:
+def keyword_only(caller: str, extra: tuple, was: str) -> None:
     """Positional arguments past ``in_specs`` are refused: older jaxmg releases put other
     arguments there, so taking them would silently change a call's meaning."""
     if extra:
         raise TypeError(
-            f"{fn}: the arguments after in_specs are keyword-only, got {len(extra)} more "
+            f"{caller}: the arguments after in_specs are keyword-only, got {len(extra)} more "
             f"positional argument(s) {extra!r}. In earlier jaxmg releases the next positional "
             f"argument was {was}: pass it by name."
         )
 
 
-def plan(n: int, ndev: int, T_A: int, fn: str) -> jaxmg_layout.CyclicPlan:
+def plan(n: int, ndev: int, T_A: int, caller: str) -> jaxmg_layout.CyclicPlan:
     """The block-cyclic plan, with the layout's error messages prefixed by the call."""
     if n % ndev:
         raise ValueError(
-            f"{fn}: N={n} is not divisible by the {ndev} devices of the sharded axis; jaxmg "
+            f"{caller}: N={n} is not divisible by the {ndev} devices of the sharded axis; jaxmg "
             "needs equal shards (pad A, or use a device count that divides N)."
         )
     try:
         return jaxmg_layout.CyclicPlan.make(n, ndev, T_A)
     except (ValueError, TypeError) as err:
-        raise type(err)(f"{fn}: {err}") from None
+        raise type(err)(f"{caller}: {err}") from None
 
 
-def grid_plan(n: int, grid: tuple[int, int], T_A, pad, fn: str) -> jaxmg_layout.BlockCyclic2D:
+def grid_plan(n: int, grid: tuple[int, int], T_A, pad, caller: str) -> jaxmg_layout.BlockCyclic2D:
     """The 2D block-cyclic layout of an ``N x N`` matrix sharded ``P(r, c)``: ``T_A=None``
     takes :func:`mp_tile`.
     Raises for an ``N`` the grid does not divide, and for ``pad=False`` with a tile that would
@@ -273,32 +276,32 @@ def grid_plan(n: int, grid: tuple[int, int], T_A, pad, fn: str) -> jaxmg_layout.
     rows, cols = grid
     if n % rows or n % cols:
         raise ValueError(
-            f"{fn}: N={n} is not divisible by the {rows} x {cols} process grid of P(r, c); "
+            f"{caller}: N={n} is not divisible by the {rows} x {cols} process grid of P(r, c); "
             "jaxmg needs equal blocks (pad A, or use a grid whose extents divide N)."
         )
     if not isinstance(pad, (bool, np.bool_)):
-        raise TypeError(f"{fn}: pad must be True or False, got {pad!r}.")
+        raise TypeError(f"{caller}: pad must be True or False, got {pad!r}.")
     if T_A is None:
         T_A = mp_tile((n // rows, n // cols), pad)
     layout = jaxmg_layout.BlockCyclic2D.for_blocks(n, grid, T_A)
     if not pad and layout.padded_local_shape != layout.shard_shape:
         raise ValueError(
-            f"{fn}: pad=False, but T_A={T_A} does not divide A's {layout.shard_shape[0]} x "
+            f"{caller}: pad=False, but T_A={T_A} does not divide A's {layout.shard_shape[0]} x "
             f"{layout.shard_shape[1]} blocks, which would be widened to whole tiles. Use "
             "pad=True (the default) or a T_A dividing both."
         )
     return layout
 
 
-def cyclic_shape(a, geometry, T_A: int, fn: str) -> int:
+def cyclic_shape(a, geometry, T_A: int, caller: str) -> int:
     """For ``cyclic_1d=True``: check A has the block-cyclic global shape; return N."""
     n = int(a.shape[1 - geometry.sharded_dim])
-    layout = plan(n, geometry.ndev, T_A, fn)
+    layout = plan(n, geometry.ndev, T_A, caller)
     expected = [n, n]
     expected[geometry.sharded_dim] = geometry.ndev * layout.local_width
     if tuple(a.shape) != tuple(expected):
         raise ValueError(
-            f"{fn}: with cyclic_1d=True, A must already be in the block-cyclic layout of "
+            f"{caller}: with cyclic_1d=True, A must already be in the block-cyclic layout of "
             f"jaxmg.cyclic_1d_layout(A, T_A={T_A}), of shape {tuple(expected)}; got "
             f"{tuple(a.shape)}."
         )

@@ -65,7 +65,7 @@ def svd(
       device count divides its sharded dimension, else replicated; ``Vh`` likewise), or ``s``;
       the status last with ``return_status``.
 
-    How: the eigenvectors of ``[[0, A], [A^H, 0]]`` (module :mod:`jaxmg._decompositions`),
+    How: the eigenvectors of ``[[0, A], [A^H, 0]]`` (docs/api.md),
     or ScaLAPACK's ``p?gesvd`` with backend ``"mp"`` on CPUs (``full_matrices=False``);
     singular values to ``O(ε ||A||)`` whatever the condition number. Singular vectors of
     singular values below ``ε ||A||`` (a rank-deficient ``A``) are not determined and need not
@@ -275,7 +275,7 @@ def qr(
       ``(Q, R)`` or ``R``, and the status with ``return_status``. ``R``'s diagonal is real and
       positive (LAPACK's may be negative: the factorisation is the same up to those signs).
 
-    How: shifted CholeskyQR in four steps (module :mod:`jaxmg._decompositions`), or with
+    How: shifted CholeskyQR in four steps (docs/api.md), or with
     backend ``"mp"`` on CPUs ScaLAPACK's ``p?geqrf`` + ``p?orgqr`` (``p?ungqr``). Derivatives:
     JAX's rule for ``jnp.linalg.qr`` (``M >= N``; for ``M < N`` through the product ``Q^H A``),
     which needs ``R``'s first ``K`` columns invertible.

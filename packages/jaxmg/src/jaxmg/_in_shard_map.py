@@ -317,7 +317,7 @@ def potrs_shardmap_ctx(
       T_A=None, mesh=None, matrix_specs=None, *, in_specs=None, return_logdet=False, pad=True,
       backend=None)``, :func:`jaxmg.potrs` keeping ``a`` and ``b``; returns ``(a_work, x,
       status)`` or ``(a_work, x, logdet, status)``, ``a_work`` being ``a`` and the status
-      1.x's vector (module :mod:`jaxmg._v1`).
+      1.x's vector (docs/migration.md, ``return_status``).
 
     Neither form runs where the other belongs, so no call that works changes meaning.
     """

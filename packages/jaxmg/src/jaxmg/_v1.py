@@ -59,7 +59,7 @@ def gesvd(
       compute_u, compute_vh: return ``U``, ``Vh`` (keyword-only, like all that follows).
       full_matrices: ``U`` ``[M, M]`` and ``Vh`` ``[N, N]`` (default ``False``: ``K = min(M,
         N)`` columns / rows).
-      return_status: also return 1.x's status vector (:mod:`jaxmg._v1_status`): word 0 is 0
+      return_status: also return 1.x's status vector (docs/migration.md): word 0 is 0
         on success, 46 when the eigensolver did not converge (outputs NaN), word 34 its info.
       pad: accepted; no effect (no tile padding is allocated).
       donate: ``True`` deletes ``A`` after the call (1.x's default; jaxmg's is ``False``).

@@ -78,6 +78,14 @@ SIGNATURES = {
     "cusolverMpGetrs": [P, I32, I64, I64, P, I64, I64, P, P, P, I64, I64, P, I32] + WORK,
     "cusolverMpSyevd_bufferSize": [P, P, I32, I64, P, I64, I64, P, P, P, I64, I64, P, I32] + SIZES,
     "cusolverMpSyevd": [P, P, I32, I64, P, I64, I64, P, P, P, I64, I64, P, I32] + WORK,
+    "cusolverMpGetVersion": [P, ctypes.POINTER(I32)],
+    "cusolverMpGeqrf_bufferSize": [P, I64, I64, P, I64, I64, P, I32] + SIZES,
+    "cusolverMpGeqrf": [P, I64, I64, P, I64, I64, P, P, I32] + WORK,
+    "cusolverMpOrgqr_bufferSize": [P, I64, I64, I64, P, I64, I64, P, P, I32] + SIZES,
+    "cusolverMpOrgqr": [P, I64, I64, I64, P, I64, I64, P, P, I32] + WORK,
+    "cusolverMpGels_bufferSize": [P, I32, I64, I64, I64, P, I64, I64, P, P, I64, I64, P, I32]
+    + SIZES,
+    "cusolverMpGels": [P, I32, I64, I64, I64, P, I64, I64, P, P, I64, I64, P, I32] + WORK,
 }
 for name, argtypes in SIGNATURES.items():
     getattr(lib, name).argtypes = argtypes
@@ -155,6 +163,9 @@ ok(lib.ncclCommInitRank(ctypes.byref(comm), size, uid, rank), "ncclCommInitRank"
 handle = out_ptr()
 ok(lib.cusolverMpCreate(ctypes.byref(handle), rank, stream), "cusolverMpCreate")
 ok(lib.cusolverMpSetStream(handle, stream), "cusolverMpSetStream")
+version = I32()
+ok(lib.cusolverMpGetVersion(handle, ctypes.byref(version)), "cusolverMpGetVersion")
+check("version: 0.8.0's (no Gesvd)", version.value == 800, version.value)
 
 
 class Matrix:
@@ -288,6 +299,42 @@ def run_grid(rows, cols, mapping, n=7, tile=2):
     v = q.gathered()
     check(f"{tag} syevd vectors", np.allclose(spd @ v, v * w) and np.allclose(v.T @ v, np.eye(n)))
     a.destroy(), q.destroy()
+
+    # geqrf + orgqr: Q R of a tall matrix, R upper triangular, Q orthonormal (as numpy's, up
+    # to the signs of R's diagonal)
+    rows = n + 3
+    tall = rng.standard_normal((rows, n))
+    a = Matrix(grid, grid.me, tall, tile)
+    tau = malloc(8 * max(a.shape[1], 1))
+    args = (handle, rows, n, a.ptr, 1, 1, a.desc, F64)
+    work = workspace(lib.cusolverMpGeqrf_bufferSize, *args)
+    ok(lib.cusolverMpGeqrf(*args[:-1], tau, F64, *work, info), "cusolverMpGeqrf")
+    check(f"{tag} geqrf info", info_of(info) == 0)
+    r = np.triu(a.gathered()[:n])
+    args = (handle, rows, n, n, a.ptr, 1, 1, a.desc, tau, F64)
+    work = workspace(lib.cusolverMpOrgqr_bufferSize, *args)
+    ok(lib.cusolverMpOrgqr(*args, *work, info), "cusolverMpOrgqr")
+    check(f"{tag} orgqr info", info_of(info) == 0)
+    q = a.gathered()
+    check(f"{tag} geqrf+orgqr Q R = A", np.allclose(q @ r, tall), q @ r - tall)
+    check(f"{tag} orgqr Q orthonormal", np.allclose(q.T @ q, np.eye(n)))
+    check(f"{tag} geqrf R as numpy's", np.allclose(np.abs(r), np.abs(np.linalg.qr(tall)[1])))
+    a.destroy()
+
+    # gels: the least-squares solution of a tall full-rank system, in B's first n rows
+    a, b = (
+        Matrix(grid, grid.me, tall, tile),
+        Matrix(grid, grid.me, rng.standard_normal((rows, 1)), tile),
+    )
+    rhs_tall = b.gathered()
+    args = (handle, OP_N, rows, n, 1, a.ptr, 1, 1, a.desc, b.ptr, 1, 1, b.desc, F64)
+    work = workspace(lib.cusolverMpGels_bufferSize, *args)
+    ok(lib.cusolverMpGels(*args, *work, info), "cusolverMpGels")
+    check(f"{tag} gels info", info_of(info) == 0)
+    x = b.gathered()[:n]
+    expected = np.linalg.lstsq(tall, rhs_tall, rcond=None)[0]
+    check(f"{tag} gels x", np.allclose(x, expected), x.ravel() - expected.ravel())
+    a.destroy(), b.destroy()
     ok(lib.cusolverMpDestroyGrid(grid.ptr), "cusolverMpDestroyGrid")
 
 
@@ -296,7 +343,7 @@ if size == 4:
     grids += [(2, 2, COL_MAJOR), (2, 2, ROW_MAJOR)]
 for shape in grids:
     run_grid(*shape)
-for name in ("Potrf", "Potrs", "Getrf", "Getrs", "Syevd"):
+for name in ("Potrf", "Potrs", "Getrf", "Getrs", "Syevd", "Geqrf", "Orgqr", "Gels"):
     calls = lib.fakecuda_mp_calls_of(f"cusolverMp{name}".encode())
     check(f"{name} calls", calls == len(grids), calls)
 

@@ -1,8 +1,8 @@
 """fakecuda's NCCL and cuSOLVERMp emulator (``tests/native/fake_cuda/fake_cusolvermp.cc``)
 under ``mpiexec -n 2`` and ``-n 4`` (MPICH), driven directly with ctypes by
-``fake_cusolvermp_worker.py``: potrf + potrs, getrf + getrs and syevd on 1xP and 2x2 grids of
-both mappings against numpy, ncclAllReduce, a too-small workspace refused as a violation, and
-nothing left alive. Runs in ``nox -s mpi``, which installs ``mkl``, ``mpich`` and ``mpi4py``;
+``fake_cusolvermp_worker.py``: potrf + potrs, getrf + getrs, syevd, geqrf + orgqr and gels on
+1xP and 2x2 grids of both mappings against numpy, GetVersion, ncclAllReduce, a too-small
+workspace refused as a violation, and nothing left alive. Runs in ``nox -s mpi``, which installs ``mkl``, ``mpich`` and ``mpi4py``;
 skips elsewhere."""
 
 import json

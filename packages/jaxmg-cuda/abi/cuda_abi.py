@@ -16,12 +16,15 @@ Per CUDA version:
    links to: cuBLAS, cuBLASLt, cuSPARSE, nvJitLink, about 1 GB more of wheels.) The driver's
    functions (libcuda.so.1, not in any wheel) are checked against cuda.h only.
 
-3. The same for ``csrc/vendor/cusolvermp_api.h`` (cuSOLVERMp and NCCL, for the coming
-   multi-node backend), with ``csrc/vendor/check/cusolvermp_api_check.cc``: compiled against
-   the cuSOLVERMp and NCCL wheels for that CUDA major (pinned in MP_RELEASES, cached the same
-   way) plus that CUDA version's headers above; every name of JAXMG_CUSOLVERMP_FUNCTIONS /
-   JAXMG_NCCL_FUNCTIONS is exported by libcusolverMp.so.0 / libnccl.so.2, whose sonames are the
-   ones the header names, and libcusolverMp.so.0 links that CUDA major's runtime and cuSOLVER
+3. The same for ``csrc/vendor/cusolvermp_api.h`` (cuSOLVERMp and NCCL, backend "mp" on GPUs),
+   with ``csrc/vendor/check/cusolvermp_api_check.cc``, for each cuSOLVERMp release the engine
+   binds (0.8.0 with NCCL 2.28, what GPU images ship, and 0.9.1 with the NCCL it needs; pinned
+   in MP_RELEASES, cached the same way): compiled against its wheels plus that CUDA version's
+   headers above; every name of JAXMG_CUSOLVERMP_FUNCTIONS / JAXMG_NCCL_FUNCTIONS is exported
+   by libcusolverMp.so.0 / libnccl.so.2, whose sonames are the ones the header names; the
+   names of JAXMG_CUSOLVERMP_GESVD_FUNCTIONS are exported exactly by the releases from
+   kCusolverMpGesvdSince on; every NCCL function libcusolverMp.so.0 imports is exported by the
+   NCCL it is pinned with; and libcusolverMp.so.0 links that CUDA major's runtime and cuSOLVER
    (the pairing is right).
 
 Both declaration headers must compile on their own with the C++ standard library alone (and
@@ -29,8 +32,9 @@ csrc/ on the include path, where they find each other).
 
 Then self-tests of the check itself: a copied header (NVIDIA's, or ours) with one prototype or
 value changed must fail the compile with a message naming it, a cuSOLVERMp wheel paired with
-the other CUDA major must be refused, and the CMake build's header gate must skip (not fail)
-on incomplete or mixed header sets and enable the check on a complete one.
+the other CUDA major must be refused, so must an NCCL lacking one function cuSOLVERMp imports,
+and the CMake build's header gate must skip (not fail) on incomplete or mixed header sets and
+enable the check on a complete one.
 
 Usage: python cuda_abi.py [--no-self-test]
 """
@@ -102,25 +106,41 @@ RELEASES = (
 )
 
 
-# cuSOLVERMp and NCCL for each CUDA release above (by label): their headers are compiled with
-# that release's (cusolverMp.h includes cusolverDn.h). cusolverMp.h and nccl.h are the same
-# files in the -cu12 and -cu13 wheels; the libraries are built for one CUDA major each.
+# cuSOLVERMp and NCCL for each CUDA release above (by label), one pair per cuSOLVERMp release
+# the engine binds: their headers are compiled with that CUDA release's (cusolverMp.h includes
+# cusolverDn.h). cusolverMp.h and nccl.h are the same files in the -cu12 and -cu13 wheels; the
+# libraries are built for one CUDA major each. 0.8.0 goes with NCCL 2.28.9, the NCCL of the lent
+# GPU machines' image (0.9.x needs cuBLASMp, which needs NCCL >= 2.29.2).
 MP_LIBRARIES = {"cusolverMp": "libcusolverMp.so.0", "nccl": "libnccl.so.2"}
-MP_RELEASES = {
-    "CUDA 12.9": Release(
-        "cuSOLVERMp 0.9.1 + NCCL 2.32.3 for CUDA 12",
+
+
+def _mp_release(cusolvermp: str, nccl: str, major: int, cusolver: int) -> Release:
+    short = cusolvermp.split(".")[:3]
+    return Release(
+        f"cuSOLVERMp {'.'.join(short)} + NCCL {nccl} for CUDA {major}",
         (
-            "nvidia-cusolvermp-cu12==0.9.1.9318.post1",  # cusolverMp.h, libcusolverMp.so.0
-            "nvidia-nccl-cu12==2.32.3",  # nccl.h, libnccl.so.2
+            f"nvidia-cusolvermp-cu{major}=={cusolvermp}",  # cusolverMp.h, libcusolverMp.so.0
+            f"nvidia-nccl-cu{major}=={nccl}",  # nccl.h, libnccl.so.2
         ),
         MP_LIBRARIES,
-        {"libcusolverMp.so.0": ("libnccl.so.2", "libcudart.so.12", "libcusolver.so.11")},
+        {
+            "libcusolverMp.so.0": (
+                "libnccl.so.2",
+                f"libcudart.so.{major}",
+                f"libcusolver.so.{cusolver}",
+            )
+        },
+    )
+
+
+MP_RELEASES = {
+    "CUDA 12.9": (
+        _mp_release("0.8.0.3126", "2.28.9", 12, 11),
+        _mp_release("0.9.1.9318.post1", "2.32.3", 12, 11),
     ),
-    "CUDA 13.0": Release(
-        "cuSOLVERMp 0.9.1 + NCCL 2.32.3 for CUDA 13",
-        ("nvidia-cusolvermp-cu13==0.9.1.9318.post1", "nvidia-nccl-cu13==2.32.3"),
-        MP_LIBRARIES,
-        {"libcusolverMp.so.0": ("libnccl.so.2", "libcudart.so.13", "libcusolver.so.12")},
+    "CUDA 13.0": (
+        _mp_release("0.8.0.3126", "2.28.9", 13, 12),
+        _mp_release("0.9.1.9318.post1", "2.32.3", 13, 12),
     ),
 }
 
@@ -146,7 +166,7 @@ def wanted_header(member: str) -> bool:
 
 def fetch(release: Release, cache_root: Path) -> tuple[Path, dict]:
     """The cached folder for `release` (headers + symbol tables), fetching it if missing."""
-    key = hashlib.sha256("\n".join(release.wheels).encode()).hexdigest()[:12]
+    key = hashlib.sha256("\n".join((CACHE_FORMAT, *release.wheels)).encode()).hexdigest()[:12]
     folder = cache_root / f"{re.sub(r'[^a-z0-9.]+', '-', release.label.lower())}-{key}"
     if (folder / "complete").is_file():
         return folder, {"cached": True}
@@ -171,9 +191,10 @@ def fetch(release: Release, cache_root: Path) -> tuple[Path, dict]:
                     elif member.rpartition("/")[2] in sonames and "/lib/" in member:
                         soname = member.rpartition("/")[2]
                         path = Path(archive.extract(member, tmp / "lib"))
-                        names, dynamic = read_elf(path)
+                        names, dynamic, imports = read_elf(path)
                         (staging / "symbols" / f"{soname}.txt").write_text("\n".join(names))
                         (staging / "symbols" / f"{soname}.dynamic").write_text("\n".join(dynamic))
+                        (staging / "symbols" / f"{soname}.imports").write_text("\n".join(imports))
                         path.unlink()
             wheel.unlink()
         missing = [s for s in sonames if not (staging / "symbols" / f"{s}.txt").is_file()]
@@ -193,9 +214,10 @@ def include_dirs(folder: Path) -> list[Path]:
 # --- ELF dynamic symbols -----------------------------------------------------------------------
 
 
-def read_elf(path: Path) -> tuple[list[str], list[str]]:
-    """The functions a 64-bit little-endian ELF shared object exports to dlsym, sorted, and its
-    dynamic section's ``SONAME x`` and ``NEEDED y`` entries.
+def read_elf(path: Path) -> tuple[list[str], list[str], list[str]]:
+    """The functions a 64-bit little-endian ELF shared object exports to dlsym, sorted, its
+    dynamic section's ``SONAME x`` and ``NEEDED y`` entries, and the names it imports (undefined
+    symbols, sorted).
 
     Exported: defined (not SHN_UNDEF), STT_FUNC or STT_GNU_IFUNC, GLOBAL or WEAK binding,
     default or protected visibility, and (when the library has symbol versions) not a hidden
@@ -220,12 +242,14 @@ def read_elf(path: Path) -> tuple[list[str], list[str]]:
             raise CheckFailed(f"{path.name}: no .dynsym section")
         versym = next((s for s in sections if s[1] == sht_gnu_versym), None)
         strtab = sections[dynsym[6]]
-        names = set()
+        names, imports = set(), set()
         for i in range(dynsym[5] // dynsym[9]):
             name_off, info, other, shndx, _value, _size = struct.unpack_from(
                 "<IBBHQQ", data, dynsym[4] + i * dynsym[9]
             )
             kind, bind, visibility = info & 0xF, info >> 4, other & 0x3
+            if shndx == 0 and name_off != 0:
+                imports.add(string(strtab, name_off))
             if shndx == 0 or kind not in (2, 10) or bind not in (1, 2) or visibility not in (0, 3):
                 continue
             if versym is not None:
@@ -244,7 +268,7 @@ def read_elf(path: Path) -> tuple[list[str], list[str]]:
                 if tag in (dt_needed, dt_soname):
                     entry = "NEEDED" if tag == dt_needed else "SONAME"
                     dynamic.append(f"{entry} {string(sections[section[6]], value)}")
-    return sorted(names), dynamic
+    return sorted(names), dynamic, sorted(imports)
 
 
 # --- The lists and declarations of our headers ------------------------------------------------
@@ -256,6 +280,28 @@ CUDA_LISTS = {
     "cusolverMg": "JAXMG_CUSOLVERMG_FUNCTIONS",
 }
 MP_LISTS = {"nccl": "JAXMG_NCCL_FUNCTIONS", "cusolverMp": "JAXMG_CUSOLVERMP_FUNCTIONS"}
+# The functions of releases from kCusolverMpGesvdSince on, in libcusolverMp.so.0.
+MP_GESVD_LIST = {"cusolverMp": "JAXMG_CUSOLVERMP_GESVD_FUNCTIONS"}
+# What the fetched folders hold (bumped when fetch() records more), part of each cache key.
+CACHE_FORMAT = "symbols, dynamic section, imports"
+
+
+def header_version(folder: Path) -> int:
+    """CUSOLVERMP_VERSION of the cusolverMp.h in `folder` (major * 1000 + minor * 100 +
+    patch)."""
+    header = next(p for d in include_dirs(folder) for p in [d / "cusolverMp.h"] if p.is_file())
+    parts = dict(
+        re.findall(r"#define CUSOLVERMP_VER_(MAJOR|MINOR|PATCH)\s+(\d+)", header.read_text())
+    )
+    return int(parts["MAJOR"]) * 1000 + int(parts["MINOR"]) * 100 + int(parts["PATCH"])
+
+
+def header_constant(name: str) -> int:
+    """An ``inline constexpr int`` of cusolvermp_api.h."""
+    found = re.search(rf"constexpr int {name} = (\d+);", MP_HEADER.read_text())
+    if found is None:
+        raise CheckFailed(f"cusolvermp_api.h declares no constexpr int {name}")
+    return int(found.group(1))
 
 
 def listed_functions(compiler: str, header: Path, macros: dict[str, str]) -> dict[str, list[str]]:
@@ -400,6 +446,20 @@ def check_exports(label: str, folder: Path, libraries: dict[str, str], lists) ->
     return symbols
 
 
+def check_nccl_imports(label: str, folder: Path) -> list[str]:
+    """Every NCCL function libcusolverMp.so.0 imports is exported by the NCCL of `folder` (a
+    cuSOLVERMp that needs a newer NCCL fails to load with an undefined symbol); returns them."""
+    imports = (folder / "symbols" / f"{MP_LIBRARIES['cusolverMp']}.imports").read_text().split()
+    nccl = set((folder / "symbols" / f"{MP_LIBRARIES['nccl']}.txt").read_text().split())
+    wanted = [name for name in imports if name.startswith(("nccl", "pnccl"))]
+    unresolved = [name for name in wanted if name not in nccl]
+    if not wanted:
+        raise CheckFailed(f"{label}: libcusolverMp.so.0 imports no NCCL function: implausible")
+    if unresolved:
+        raise CheckFailed(f"{label}: libnccl.so.2 does not export {', '.join(unresolved)}")
+    return wanted
+
+
 def check_needs(label: str, folder: Path, needs: dict[str, tuple[str, ...]]) -> None:
     """Each library of `folder` has its file name as soname and links what `needs` says."""
     for soname, needed in needs.items():
@@ -456,7 +516,7 @@ def check_release(release: Release, folder: Path, compiler: str, lists) -> str:
 
 
 def check_mp_release(
-    mp: Release, folder: Path, cuda: Release, cuda_folder: Path, compiler: str, lists
+    mp: Release, folder: Path, cuda: Release, cuda_folder: Path, compiler: str, lists, gesvd
 ) -> str:
     label = f"{mp.label} (with {cuda.label}'s headers)"
     # (a) Prototypes, types and values: cusolverMp.h and nccl.h from the cuSOLVERMp and NCCL
@@ -476,12 +536,28 @@ def check_mp_release(
             raise CheckFailed(f"{label}: cusolvermp_api.h does not name {soname}")
     check_needs(label, folder, mp.needs)
     symbols = check_exports(label, folder, mp.libraries, lists)
+    # (c) The functions of later releases: exported exactly from kCusolverMpGesvdSince on.
+    version, since = header_version(folder), header_constant("kCusolverMpGesvdSince")
+    if version < header_constant("kCusolverMpOldest"):
+        raise CheckFailed(f"{label}: cuSOLVERMp {version} is older than kCusolverMpOldest")
+    exported = set((folder / "symbols" / f"{MP_LIBRARIES['cusolverMp']}.txt").read_text().split())
+    present = [name for name in gesvd["cusolverMp"] if name in exported]
+    expected = gesvd["cusolverMp"] if version >= since else []
+    if present != expected:
+        raise CheckFailed(
+            f"{label}: version {version}, kCusolverMpGesvdSince {since}, but the library exports "
+            f"{present or 'none'} of JAXMG_CUSOLVERMP_GESVD_FUNCTIONS"
+        )
+    wanted = check_nccl_imports(label, folder)
     counts = ", ".join(f"{len(names)} {lib}" for lib, names in lists.items())
     links = ", ".join(n for needs in mp.needs.values() for n in needs)
+    optional = f"{len(present)} of {len(gesvd['cusolverMp'])} GESVD functions"
     return (
         f"{label}: {sum(len(v) for v in lists.values())} prototypes ({counts}) and the "
         f"mirrored types and values match {nvidia} NVIDIA headers; {symbols} names exported by "
-        f"{' + '.join(mp.libraries.values())}; libcusolverMp.so.0 links {links}"
+        f"{' + '.join(mp.libraries.values())}, {optional} (version {version}); the "
+        f"{len(wanted)} NCCL functions libcusolverMp.so.0 imports resolved; libcusolverMp.so.0 "
+        f"links {links}"
     )
 
 
@@ -523,6 +599,8 @@ MP_MUTATIONS = (
     # The communicator: cuSOLVERMp < 0.7 took a cal_comm_t here.
     ("cusolverMp.h", r"const ncclComm_t(\s+)comm", r"void*\1comm", "cusolverMpCreateDeviceGrid"),
     ("cusolverMp.h", r"uint32_t(\s+)RSRC_A", r"int32_t\1RSRC_A", "cusolverMpCreateMatrixDesc"),
+    # (the first `jobu` in cusolverMp.h 0.9 is cusolverMpGesvd_bufferSize's: the GESVD list)
+    ("cusolverMp.h", r"cusolverEigMode_t(\s+)jobu", r"int\1jobu", "cusolverMpGesvd_bufferSize"),
     # (the first `char* jobz` in cusolverMp.h is cusolverMpSyevd_bufferSize's)
     ("cusolverMp.h", r"char\*(\s+)jobz", r"const char*\1jobz", "cusolverMpSyevd_bufferSize"),
     (
@@ -608,19 +686,44 @@ def self_test_mutations(compiler: str, cuda_folder: Path, mp_folder: Path) -> tu
     return len(jobs), ours
 
 
-def self_test_pairing(mp_folders: dict[str, Path]) -> int:
+def self_test_nccl_imports(mp_folders: dict[str, list[Path]]) -> int:
+    """An NCCL lacking one function that libcusolverMp.so.0 imports must be refused."""
+    cases = 0
+    for folders in mp_folders.values():
+        for folder in folders:
+            with tempfile.TemporaryDirectory() as tmp:
+                copy = Path(tmp) / folder.name
+                shutil.copytree(folder / "symbols", copy / "symbols")
+                imports = (copy / "symbols" / "libcusolverMp.so.0.imports").read_text().split()
+                dropped = next(n for n in imports if n.startswith("nccl"))
+                table = copy / "symbols" / "libnccl.so.2.txt"
+                table.write_text("\n".join(n for n in table.read_text().split() if n != dropped))
+                try:
+                    check_nccl_imports(folder.name, copy)
+                except CheckFailed as error:
+                    if dropped not in str(error):
+                        raise CheckFailed(f"self-test: {error} does not name {dropped}") from None
+                    cases += 1
+                    continue
+                raise CheckFailed(f"self-test: {folder.name} passes without {dropped}")
+    return cases
+
+
+def self_test_pairing(mp_folders: dict[str, list[Path]]) -> int:
     """A cuSOLVERMp wheel paired with the other CUDA major's headers must be refused."""
     cases = 0
-    for label, folder in mp_folders.items():
-        for other, release in MP_RELEASES.items():
-            if other == label:
-                continue
-            try:
-                check_needs(f"{release.label} in {folder.name}", folder, release.needs)
-            except CheckFailed:
-                cases += 1
-                continue
-            raise CheckFailed(f"self-test: {folder.name} passes as {release.label}")
+    for label, folders in mp_folders.items():
+        for folder in folders:
+            for other, releases in MP_RELEASES.items():
+                if other == label:
+                    continue
+                for release in releases:
+                    try:
+                        check_needs(f"{release.label} in {folder.name}", folder, release.needs)
+                    except CheckFailed:
+                        cases += 1
+                        continue
+                    raise CheckFailed(f"self-test: {folder.name} passes as {release.label}")
     return cases
 
 
@@ -721,6 +824,7 @@ def main() -> int:
         check_standalone(compiler, (API_HEADER, MP_HEADER))
         lists = listed_functions(compiler, API_HEADER, CUDA_LISTS)
         mp_lists = listed_functions(compiler, MP_HEADER, MP_LISTS)
+        gesvd = listed_functions(compiler, MP_HEADER, MP_GESVD_LIST)
         unpaired = [r.label for r in RELEASES if r.label not in MP_RELEASES]
         if unpaired:
             raise CheckFailed(f"no cuSOLVERMp wheels pinned for {', '.join(unpaired)}")
@@ -729,18 +833,15 @@ def main() -> int:
             folders[release.label] = fetch_logged(release, cache_root)
             summary.append(check_release(release, folders[release.label], compiler, lists))
         for release in RELEASES:
-            mp = MP_RELEASES[release.label]
-            mp_folders[release.label] = fetch_logged(mp, cache_root)
-            summary.append(
-                check_mp_release(
-                    mp,
-                    mp_folders[release.label],
-                    release,
-                    folders[release.label],
-                    compiler,
-                    mp_lists,
+            mp_folders[release.label] = []
+            for mp in MP_RELEASES[release.label]:
+                mp_folder = fetch_logged(mp, cache_root)
+                mp_folders[release.label].append(mp_folder)
+                summary.append(
+                    check_mp_release(
+                        mp, mp_folder, release, folders[release.label], compiler, mp_lists, gesvd
+                    )
                 )
-            )
         summary.append(f"{constants} constants of cuda_api.h, each asserted in cuda_api_check.cc")
         summary.append(
             f"{mp_constants} constants of cusolvermp_api.h, each asserted in "
@@ -752,13 +853,15 @@ def main() -> int:
         if not args.no_self_test:
             newest = RELEASES[-1].label
             oldest = folders[RELEASES[0].label]
-            mutated, ours = self_test_mutations(compiler, folders[newest], mp_folders[newest])
+            mutated, ours = self_test_mutations(compiler, folders[newest], mp_folders[newest][-1])
             paired = self_test_pairing(mp_folders)
+            dropped = self_test_nccl_imports(mp_folders)
             cases = self_test_cmake(oldest, folders[newest])
             summary.append(
                 f"self-tests: {mutated} mutated headers ({ours} of them ours) each fail the check "
                 f"naming the culprit; {paired} cuSOLVERMp wheels refused with the other CUDA "
-                f"major; {cases} CMake header sets gated as expected"
+                f"major; {dropped} NCCLs lacking one imported function refused; {cases} CMake "
+                "header sets gated as expected"
             )
     except (CheckFailed, subprocess.CalledProcessError) as error:
         print(f"\ncuda_abi: FAILED: {error}", file=sys.stderr, flush=True)

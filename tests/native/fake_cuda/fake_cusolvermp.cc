@@ -39,6 +39,12 @@
 //  [N] nccl.h and NCCL's behaviour: every rank passes the same ncclUniqueId; two ranks of one
 //      communicator on one GPU are an error ("Duplicate GPU detected"); buffers are device
 //      memory of the communicator's device, the stream on that device.
+//  [Q] ScaLAPACK's p?geqrf / p?orgqr (p?ungqr): d_tau holds LOCc(JA + min(M, N) - 1) elements of
+//      A's type (orgqr: LOCc(JA + K - 1)), K <= N <= M for orgqr; p?gels: B's row blocks A's
+//      (MB_B == MB_A), B at least max(M, N) x NRHS.
+//  [V] cusolverMp.h: cusolverMpGetVersion(handle, int* version), version = major * 1000 +
+//      minor * 100 + patch (CUSOLVERMP_VERSION). The emulator answers 800 (0.8.0: it has no
+//      cusolverMpGesvd, which came in 0.9.0), or FAKECUDA_MP_VERSION when set.
 //  [E] the emulator's own limits, all jaxmg needs: one communicator over the whole MPI job
 //      (nranks == MPI world size, rank == MPI world rank, so the grid's processes are the
 //      job's), IA = JA = IB = JB = IQ = JQ = 1, uplo = LOWER, ncclFloat32/ncclFloat64 with
@@ -224,6 +230,9 @@ std::string MissingScalapack() {
   for (const char* p : {"s", "d", "c", "z"})
     for (const char* r : {"potrf", "potrs", "getrf", "getrs"}) need(S("p", p, r, "_"));
   for (const char* name : {"pssyevd_", "pdsyevd_", "pcheevd_", "pzheevd_"}) need(name);
+  for (const char* p : {"s", "d", "c", "z"})
+    for (const char* r : {"geqrf", "gels"}) need(S("p", p, r, "_"));
+  for (const char* name : {"psorgqr_", "pdorgqr_", "pcungqr_", "pzungqr_"}) need(name);
   return missing;
 }
 
@@ -365,6 +374,10 @@ size_t DeviceBytes(const char* routine, const cusolverMpMatrixDescriptor& a, int
   if (std::strcmp(routine, "potrs") == 0 || std::strcmp(routine, "getrs") == 0)
     return base + es * static_cast<size_t>(a.lld) * static_cast<size_t>(std::max<int64_t>(nrhs, 1));
   if (std::strcmp(routine, "getrf") == 0) return base + 8 * static_cast<size_t>(a.lld + a.nb);
+  if (std::strcmp(routine, "geqrf") == 0 || std::strcmp(routine, "orgqr") == 0)
+    return base + es * static_cast<size_t>(a.lld) * nb;
+  if (std::strcmp(routine, "gels") == 0)
+    return base + es * (local + static_cast<size_t>(a.lld * std::max<int64_t>(nrhs, 1)));
   return base + 3 * es * local;  // syevd
 }
 size_t HostBytes(const cusolverMpMatrixDescriptor& a) {
@@ -579,6 +592,37 @@ Syevd CheckSyevd(Checker& c, cusolverMpHandle_t h, const char* jobz, int uplo, i
   return out;
 }
 
+// A of geqrf and orgqr: m x n (orgqr: k <= n <= m) on a descriptor with square blocks [L], and
+// d_tau's LOCc(JA + k - 1) elements of A's type [Q].
+const cusolverMpMatrixDescriptor* CheckQr(Checker& c, cusolverMpHandle_t h, int64_t m, int64_t n,
+                                          int64_t k, const void* a, int64_t ia, int64_t ja,
+                                          cusolverMpMatrixDescriptor_t desc_a, const void* tau,
+                                          int type) {
+  if (!CheckHandle(c, h)) return nullptr;
+  const cusolverMpMatrixDescriptor* d = CheckDesc(c, "A", h, desc_a, type);
+  CheckOffsets(c, "A", ia, ja, d);
+  if (d == nullptr) return nullptr;
+  CheckSquareBlocks(c, *d, m, n);
+  if (k < 0 || k > std::min(m, n)) c.Fail(S("K=", k, " outside 0..min(M, N)=", std::min(m, n)));
+  CheckDevice(c, "A", a, LocalBytes(*d), RealSize(type), h->device, h->stream);
+  const cusolverMpGrid& g = *d->grid;
+  const size_t taus = static_cast<size_t>(Numroc(std::max<int64_t>(k, 0), d->nb, g.col, 0, g.cols));
+  if (tau == nullptr && taus > 0) c.Fail("null d_tau");
+  CheckDevice(c, "d_tau", tau, taus * ElementSize(type), RealSize(type), h->device, h->stream);
+  return c.ok() ? d : nullptr;
+}
+
+// ScaLAPACK's workspace query then the call: `run(work, lwork)` with lwork = -1 first.
+template <typename Run>
+void WithWorkspace(int type, Run run) {
+  alignas(16) char size[32] = {};
+  run(static_cast<void*>(size), Int{-1});
+  const double x = RealSize(type) == 4 ? double{*reinterpret_cast<const float*>(size)}
+                                       : *reinterpret_cast<const double*>(size);
+  std::vector<char> work((static_cast<size_t>(x) + 64) * ElementSize(type));
+  run(static_cast<void*>(work.data()), static_cast<Int>(work.size() / ElementSize(type)));
+}
+
 }  // namespace
 
 // =============================================================================================
@@ -750,6 +794,18 @@ cusolverStatus_t cusolverMpSetStream(cusolverMpHandle_t handle, cudaStream_t str
              handle->device));
   if (!c.ok()) return c.Report(kInvalidValue);
   handle->stream = stream;
+  return kSuccess;
+}
+
+// [V]
+cusolverStatus_t cusolverMpGetVersion(cusolverMpHandle_t handle, int* version) {
+  auto lock = fakecuda::LockState();
+  Checker c{"cusolverMpGetVersion", {}};
+  if (handles->count(handle) == 0) c.Fail(S("unknown handle ", handle));
+  CheckHostOut(c, "version", version);
+  if (!c.ok()) return c.Report(kInvalidValue);
+  const char* env = std::getenv("FAKECUDA_MP_VERSION");
+  *version = env != nullptr && *env != '\0' ? std::atoi(env) : 800;
   return kSuccess;
 }
 
@@ -1173,6 +1229,175 @@ cusolverStatus_t cusolverMpSyevd(cusolverMpHandle_t h, char* jobz, cublasFillMod
   return kSuccess;
 }
 
+cusolverStatus_t cusolverMpGeqrf_bufferSize(cusolverMpHandle_t h, int64_t m, int64_t n, void* a,
+                                            int64_t ia, int64_t ja,
+                                            cusolverMpMatrixDescriptor_t desc_a, cudaDataType type,
+                                            size_t* d_bytes, size_t* h_bytes) {
+  auto lock = fakecuda::LockState();
+  Checker c{"cusolverMpGeqrf_bufferSize", {}};
+  // (no d_tau here: its size is checked by Geqrf itself)
+  const auto* d = CheckQr(c, h, m, n, 0, a, ia, ja, desc_a, nullptr, type);
+  CheckHostOut(c, "workspaceInBytesOnDevice", d_bytes);
+  CheckHostOut(c, "workspaceInBytesOnHost", h_bytes);
+  if (!c.ok() || d == nullptr) return c.Report(kInvalidValue);
+  *d_bytes = DeviceBytes("geqrf", *d, 0);
+  *h_bytes = HostBytes(*d);
+  return kSuccess;
+}
+
+// A = Q R: R in A's upper triangle (trapezoid), the Householder vectors below it with d_tau.
+cusolverStatus_t cusolverMpGeqrf(cusolverMpHandle_t h, int64_t m, int64_t n, void* a, int64_t ia,
+                                 int64_t ja, cusolverMpMatrixDescriptor_t desc_a, void* tau,
+                                 cudaDataType type, void* d_work, size_t d_bytes, void* h_work,
+                                 size_t h_bytes, int* info) {
+  Call call("cusolverMpGeqrf");
+  Checker& c = call.c;
+  const auto* d = CheckQr(c, h, m, n, std::min(m, n), a, ia, ja, desc_a, tau, type);
+  if (d != nullptr)
+    CheckWork(c, h, d_work, d_bytes, h_work, h_bytes, DeviceBytes("geqrf", *d, 0), HostBytes(*d));
+  if (handles->count(h) != 0) CheckInfo(c, h, info);
+  if (!call.Start(h, d_work, d_bytes, h_work, h_bytes)) return kInvalidValue;
+  const cusolverMpGrid& g = *d->grid;
+  const size_t taus = static_cast<size_t>(Numroc(std::min(m, n), d->nb, g.col, 0, g.cols));
+  std::vector<char> la = Padded(call.Read(a, LocalBytes(*d)), *d);
+  call.Unlock();
+  std::vector<char> lt((taus + 1) * ElementSize(type));
+  Int status = 0, im = static_cast<Int>(m), in = static_cast<Int>(n), one = 1;
+  WithWorkspace(type, [&](void* work, Int lwork) {
+    Sym<void (*)(const Int*, const Int*, void*, const Int*, const Int*, const Int*, void*, void*,
+                 const Int*, Int*)>("p" + Prefix(type) + "geqrf_")(
+        &im, &in, la.data(), &one, &one, d->desc, lt.data(), work, &lwork, &status);
+  });
+  lt.resize(taus * ElementSize(type));
+  call.Finish({{a, Trimmed(std::move(la), *d)}, {tau, std::move(lt)}, {info, IntBytes(status)}});
+  return kSuccess;
+}
+
+cusolverStatus_t cusolverMpOrgqr_bufferSize(cusolverMpHandle_t h, int64_t m, int64_t n, int64_t k,
+                                            const void* a, int64_t ia, int64_t ja,
+                                            cusolverMpMatrixDescriptor_t desc_a, const void* tau,
+                                            cudaDataType type, size_t* d_bytes, size_t* h_bytes) {
+  auto lock = fakecuda::LockState();
+  Checker c{"cusolverMpOrgqr_bufferSize", {}};
+  if (n > m) c.Fail(S("N=", n, " > M=", m, " (orgqr needs M >= N >= K)"));
+  const auto* d = CheckQr(c, h, m, n, k, a, ia, ja, desc_a, tau, type);
+  CheckHostOut(c, "workspaceInBytesOnDevice", d_bytes);
+  CheckHostOut(c, "workspaceInBytesOnHost", h_bytes);
+  if (!c.ok() || d == nullptr) return c.Report(kInvalidValue);
+  *d_bytes = DeviceBytes("orgqr", *d, 0);
+  *h_bytes = HostBytes(*d);
+  return kSuccess;
+}
+
+// The first N columns of Q = H(1) ... H(K) from geqrf's A and d_tau, over A.
+cusolverStatus_t cusolverMpOrgqr(cusolverMpHandle_t h, int64_t m, int64_t n, int64_t k, void* a,
+                                 int64_t ia, int64_t ja, cusolverMpMatrixDescriptor_t desc_a,
+                                 const void* tau, cudaDataType type, void* d_work, size_t d_bytes,
+                                 void* h_work, size_t h_bytes, int* info) {
+  Call call("cusolverMpOrgqr");
+  Checker& c = call.c;
+  if (n > m) c.Fail(S("N=", n, " > M=", m, " (orgqr needs M >= N >= K)"));
+  const auto* d = CheckQr(c, h, m, n, k, a, ia, ja, desc_a, tau, type);
+  if (d != nullptr)
+    CheckWork(c, h, d_work, d_bytes, h_work, h_bytes, DeviceBytes("orgqr", *d, 0), HostBytes(*d));
+  if (handles->count(h) != 0) CheckInfo(c, h, info);
+  if (!call.Start(h, d_work, d_bytes, h_work, h_bytes)) return kInvalidValue;
+  const cusolverMpGrid& g = *d->grid;
+  const size_t taus = static_cast<size_t>(Numroc(k, d->nb, g.col, 0, g.cols));
+  std::vector<char> la = Padded(call.Read(a, LocalBytes(*d)), *d);
+  std::vector<char> lt = call.Read(tau, taus * ElementSize(type));
+  lt.resize((taus + 1) * ElementSize(type));
+  call.Unlock();
+  Int status = 0, im = static_cast<Int>(m), in = static_cast<Int>(n), ik = static_cast<Int>(k),
+      one = 1;
+  const std::string name = "p" + Prefix(type) + (IsComplex(type) ? "ungqr_" : "orgqr_");
+  WithWorkspace(type, [&](void* work, Int lwork) {
+    Sym<void (*)(const Int*, const Int*, const Int*, void*, const Int*, const Int*, const Int*,
+                 const void*, void*, const Int*, Int*)>(name)(
+        &im, &in, &ik, la.data(), &one, &one, d->desc, lt.data(), work, &lwork, &status);
+  });
+  call.Finish({{a, Trimmed(std::move(la), *d)}, {info, IntBytes(status)}});
+  return kSuccess;
+}
+
+// A (m x n, square blocks [L]) and B (at least max(M, N) x NRHS, A's row blocks [Q]).
+const cusolverMpMatrixDescriptor* CheckGels(Checker& c, cusolverMpHandle_t h, int trans, int64_t m,
+                                            int64_t n, int64_t nrhs, const void* a, int64_t ia,
+                                            int64_t ja, cusolverMpMatrixDescriptor_t desc_a,
+                                            const void* b, int64_t ib, int64_t jb,
+                                            cusolverMpMatrixDescriptor_t desc_b, int type,
+                                            const cusolverMpMatrixDescriptor** out_b) {
+  if (trans != jaxmg::cuda::CUBLAS_OP_N)
+    c.Fail(S("trans ", trans, " (the emulator takes CUBLAS_OP_N)"));
+  const auto* d = CheckQr(c, h, m, n, 0, a, ia, ja, desc_a, nullptr, type);
+  if (d == nullptr) return nullptr;
+  const cusolverMpMatrixDescriptor* db = CheckDesc(c, "B", h, desc_b, type);
+  CheckOffsets(c, "B", ib, jb, db);
+  if (db == nullptr) return nullptr;
+  if (nrhs < 0 || db->m < std::max(m, n) || db->n < nrhs)
+    c.Fail(S("B's descriptor is ", db->m, " x ", db->n, " for max(M, N)=", std::max(m, n),
+             ", NRHS=", nrhs));
+  CheckLike(c, "B", *d, *db);
+  CheckDevice(c, "B", b, LocalBytes(*db), RealSize(type), h->device, h->stream);
+  *out_b = db;
+  return c.ok() ? d : nullptr;
+}
+
+cusolverStatus_t cusolverMpGels_bufferSize(cusolverMpHandle_t h, cublasOperation_t trans, int64_t m,
+                                           int64_t n, int64_t nrhs, void* a, int64_t ia, int64_t ja,
+                                           cusolverMpMatrixDescriptor_t desc_a, void* b, int64_t ib,
+                                           int64_t jb, cusolverMpMatrixDescriptor_t desc_b,
+                                           cudaDataType type, size_t* d_bytes, size_t* h_bytes) {
+  auto lock = fakecuda::LockState();
+  Checker c{"cusolverMpGels_bufferSize", {}};
+  const cusolverMpMatrixDescriptor* db = nullptr;
+  const auto* d =
+      CheckGels(c, h, trans, m, n, nrhs, a, ia, ja, desc_a, b, ib, jb, desc_b, type, &db);
+  CheckHostOut(c, "workspaceInBytesOnDevice", d_bytes);
+  CheckHostOut(c, "workspaceInBytesOnHost", h_bytes);
+  if (!c.ok() || d == nullptr) return c.Report(kInvalidValue);
+  *d_bytes = DeviceBytes("gels", *d, nrhs);
+  *h_bytes = HostBytes(*d);
+  return kSuccess;
+}
+
+// The least-squares solution of min ||A X - B|| (M >= N; the minimum-norm one of A X = B for
+// M < N) of a full-rank A, into B's first N rows; A is overwritten by its QR (LQ) factors.
+cusolverStatus_t cusolverMpGels(cusolverMpHandle_t h, cublasOperation_t trans, int64_t m, int64_t n,
+                                int64_t nrhs, void* a, int64_t ia, int64_t ja,
+                                cusolverMpMatrixDescriptor_t desc_a, void* b, int64_t ib,
+                                int64_t jb, cusolverMpMatrixDescriptor_t desc_b, cudaDataType type,
+                                void* d_work, size_t d_bytes, void* h_work, size_t h_bytes,
+                                int* info) {
+  Call call("cusolverMpGels");
+  Checker& c = call.c;
+  const cusolverMpMatrixDescriptor* db = nullptr;
+  const auto* d =
+      CheckGels(c, h, trans, m, n, nrhs, a, ia, ja, desc_a, b, ib, jb, desc_b, type, &db);
+  if (d != nullptr)
+    CheckWork(c, h, d_work, d_bytes, h_work, h_bytes, DeviceBytes("gels", *d, nrhs),
+              HostBytes(*d));
+  if (handles->count(h) != 0) CheckInfo(c, h, info);
+  if (!call.Start(h, d_work, d_bytes, h_work, h_bytes)) return kInvalidValue;
+  std::vector<char> la = Padded(call.Read(a, LocalBytes(*d)), *d);
+  std::vector<char> lb = Padded(call.Read(b, LocalBytes(*db)), *db);
+  call.Unlock();
+  const std::vector<Int> desc_b_on_a = DescOn(*db, *d);
+  Int status = 0, im = static_cast<Int>(m), in = static_cast<Int>(n), ir = static_cast<Int>(nrhs),
+      one = 1;
+  WithWorkspace(type, [&](void* work, Int lwork) {
+    Sym<void (*)(const char*, const Int*, const Int*, const Int*, void*, const Int*, const Int*,
+                 const Int*, void*, const Int*, const Int*, const Int*, void*, const Int*, Int*)>(
+        "p" + Prefix(type) + "gels_")("N", &im, &in, &ir, la.data(), &one, &one, d->desc,
+                                      lb.data(), &one, &one, desc_b_on_a.data(), work, &lwork,
+                                      &status);
+  });
+  call.Finish({{a, Trimmed(std::move(la), *d)},
+               {b, Trimmed(std::move(lb), *db)},
+               {info, IntBytes(status)}});
+  return kSuccess;
+}
+
 // The signatures above are exactly cusolvermp_api.h's.
 #define FAKECUDA_SAME_TYPE(ret, name, params) \
   static_assert(std::is_same_v<decltype(&name), ret(*) params>, #name);
@@ -1198,7 +1423,8 @@ long fakecuda_mp_live_comms() {  // NOLINT(runtime/int)
   auto lock = fakecuda::LockState();
   return static_cast<long>(comms->size());  // NOLINT(runtime/int)
 }
-// Completed calls of the routines (potrf, potrs, getrf, getrs, syevd) and of ncclAllReduce.
+// Completed calls of the routines (potrf, potrs, getrf, getrs, syevd, geqrf, orgqr, gels) and
+// of ncclAllReduce.
 long fakecuda_mp_calls() {  // NOLINT(runtime/int)
   auto lock = fakecuda::LockState();
   long n = 0;  // NOLINT(runtime/int)

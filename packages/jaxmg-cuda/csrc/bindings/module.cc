@@ -200,6 +200,17 @@ PYBIND11_MODULE(_jaxmg_cuda, m) {
         return py::bytes(id);
       },
       "ncclGetUniqueId's 128 bytes (loads the CUDA runtime, NCCL and cuSOLVERMp on first use).");
+  m.def(
+      "cusolvermp_version",
+      [] {
+        std::string error;
+        const bool gesvd = jaxmg::CusolverMpHasGesvd(&error);
+        if (!error.empty()) throw std::runtime_error(error);
+        return py::make_tuple(jaxmg::CusolverMpVersion(), gesvd);
+      },
+      "(version, has_gesvd) of the loaded cuSOLVERMp: cusolverMpGetVersion's number (0.9.1 is "
+      "901; 0 until a backend 'mp' call on a GPU has made this process's handle), and whether "
+      "it has cusolverMpGesvd (0.9.0 on). Loads the libraries on first use.");
 #endif
   m.def("check_library_sizes", &jaxmg::CheckLibrarySizes, py::arg("n"), py::arg("local"),
         py::arg("tile"), py::arg("nrhs"),

@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -27,8 +28,18 @@ using cuda::MpApi;
 
 struct Libraries {
   const Api* rt = nullptr;  // the CUDA runtime (vendor/cuda_api.h's loader)
-  MpApi mp;
+  MpApi mp;                 // the GESVD members null where the library lacks them
+  bool gesvd = false;       // whether it has all of JAXMG_CUSOLVERMP_GESVD_FUNCTIONS
 };
+
+// What the loaded library's cusolverMpGetVersion said (0 until the first handle exists).
+std::atomic<int> loaded_version{0};
+
+// "0.9.1" for cuSOLVERMp's 901.
+std::string VersionName(int version) {
+  return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 100) + "." +
+         std::to_string(version % 100);
+}
 
 std::mutex load_mu;
 
@@ -52,9 +63,8 @@ const Libraries* Load(std::string* error) {
   void* nccl = cuda::OpenLibrary(cuda::kNcclLibrary, &tried);
   void* solver = cuda::OpenLibrary(cuda::kCusolverMpLibrary, &tried);
   if (nccl == nullptr || solver == nullptr) {
-    // Found but not loadable is a version mismatch far more often than a missing file: on the
-    // first H100, cuSOLVERMp 0.9.1 for CUDA 13 (through cuBLASMp 0.10) needed
-    // ncclCommQueryProperties, which NCCL 2.28 lacks.
+    // Found but not loadable is a version mismatch far more often than a missing file
+    // (docs/gpu.md has the table of what loads with which NCCL).
     failure = "jaxmg: backend 'mp' on GPUs needs NCCL (libnccl.so.2) and cuSOLVERMp "
               "(libcusolverMp.so.0, with cuBLASMp)" +
               std::string(tried.unloadable.empty() ? ", which were not found."
@@ -63,11 +73,13 @@ const Libraries* Load(std::string* error) {
               cuda::DescribeFailures(tried);
     if (!tried.unloadable.empty())
       failure +=
-          "\nThe versions must match: cuSOLVERMp 0.9.1 for CUDA 13 needs cuBLASMp 0.10, which "
-          "needs NCCL >= 2.29.2 (with an older NCCL it fails on an undefined symbol such as "
-          "ncclCommQueryProperties); each needs the CUDA major it was built for. Upgrade NCCL "
-          "(pip install 'nvidia-nccl-cu13>=2.29.2', or -cu12) or load matching libraries "
-          "first (LD_LIBRARY_PATH).";
+          "\nThe versions must match. cuSOLVERMp 0.9.x loads cuBLASMp (0.9.1 needs cuBLASMp "
+          "0.10), and every cuBLASMp from 0.8 needs NCCL >= 2.29.2: with an older NCCL it fails "
+          "on an undefined symbol of libnccl.so.2 (ncclCommQueryProperties, ncclPutSignal, "
+          "ncclWaitSignal). cuSOLVERMp 0.8.0 needs no cuBLASMp and runs with NCCL 2.28 "
+          "(pip install --no-deps 'nvidia-cusolvermp-cu13==0.8.0.*', or -cu12); or upgrade "
+          "NCCL (pip install 'nvidia-nccl-cu13>=2.29.2', or -cu12). Each library needs the CUDA "
+          "major it was built for; LD_LIBRARY_PATH picks among installed ones.";
     else
       failure +=
           "\nInstall NVIDIA's wheels (pip install nvidia-cusolvermp-cu12 nvidia-nccl-cu12, or "
@@ -80,10 +92,17 @@ const Libraries* Load(std::string* error) {
 #define JAXMG_BIND_MP(ret, name, params) cuda::Bind(solver, #name, loaded->mp.name, &missing);
   JAXMG_NCCL_FUNCTIONS(JAXMG_BIND_NCCL)
   JAXMG_CUSOLVERMP_FUNCTIONS(JAXMG_BIND_MP)
+  std::string later;  // what releases before kCusolverMpGesvdSince lack: not an error
+#define JAXMG_BIND_LATER(ret, name, params) cuda::Bind(solver, #name, loaded->mp.name, &later);
+  JAXMG_CUSOLVERMP_GESVD_FUNCTIONS(JAXMG_BIND_LATER)
 #undef JAXMG_BIND_NCCL
 #undef JAXMG_BIND_MP
+#undef JAXMG_BIND_LATER
+  loaded->gesvd = later.empty();
   if (!missing.empty()) {
-    failure = "jaxmg: NCCL and cuSOLVERMp lack symbols:" + missing;
+    failure = "jaxmg: the loaded NCCL and cuSOLVERMp lack symbols jaxmg needs:" + missing +
+              "\njaxmg binds cuSOLVERMp " + VersionName(cuda::kCusolverMpOldest) +
+              " to 0.9.1 (0.7.x lacks cusolverMpSetStream) and NCCL 2.x.";
     *error = failure;
     return nullptr;
   }
@@ -224,8 +243,15 @@ class Call {
         s.handles.erase(ordinal_);
         return Outcome::Fail(std::string("cusolverMpCreate failed: ") + CusolverStatusName(made));
       }
+      int version = 0;
+      JAXMG_CUSOLVERMP(libs_, cusolverMpGetVersion(handle, &version));
+      loaded_version = version;
     }
     handle_ = handle;
+    if (loaded_version < cuda::kCusolverMpOldest)
+      return Outcome::Fail("the loaded cuSOLVERMp is " + VersionName(loaded_version) +
+                           "; jaxmg binds " + VersionName(cuda::kCusolverMpOldest) +
+                           " to 0.9.1");
     JAXMG_CUSOLVERMP(libs_, cusolverMpSetStream(handle_, stream_));
     cuda::cusolverMpGrid_t& grid = s.grids[{comm_, g_.rows, g_.cols}];
     if (grid == nullptr) {
@@ -509,6 +535,13 @@ class Call {
 };
 
 }  // namespace
+
+int CusolverMpVersion() { return loaded_version; }
+
+bool CusolverMpHasGesvd(std::string* error) {
+  const Libraries* libs = Load(error);
+  return libs != nullptr && libs->gesvd;
+}
 
 bool NcclUniqueId(std::string* id, std::string* error) {
   const Libraries* libs = Load(error);

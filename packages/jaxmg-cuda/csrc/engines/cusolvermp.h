@@ -43,6 +43,14 @@ ffi::Error RunOnCusolverMp(const Operands& operands, const MpGrid& grid,
                            ffi::Span<const int64_t> nccl_id, cudaStream_t stream, int32_t ordinal,
                            ScratchFn scratch);
 
+// The version cusolverMpGetVersion gave (0.9.1 is 901) once a call has made this process's
+// handle, else 0.
+int CusolverMpVersion();
+
+// Whether the loaded cuSOLVERMp has cusolverMpGesvd (0.9.0 on); false with `error` when the
+// libraries cannot be loaded.
+bool CusolverMpHasGesvd(std::string* error);
+
 // ncclGetUniqueId's 128 bytes in `id`; false with `error` when NCCL cannot be loaded.
 bool NcclUniqueId(std::string* id, std::string* error);
 

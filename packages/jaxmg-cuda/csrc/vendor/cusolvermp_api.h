@@ -1,14 +1,15 @@
 // The subset of NVIDIA's cuSOLVERMp and NCCL APIs that jaxmg's multi-node GPU backend uses,
 // declared here, like cuda_api.h, so the package builds with neither installed; the libraries
 // are to be opened with dlopen at first use. Values and signatures follow cusolverMp.h
-// (cuSOLVERMp 0.9, the same header in the CUDA 12 and CUDA 13 wheels) and nccl.h (NCCL 2.x);
+// (cuSOLVERMp 0.8.0 to 0.9.1, the same header in the CUDA 12 and CUDA 13 wheels of each) and
+// nccl.h (NCCL 2.x);
 // csrc/vendor/check/cusolvermp_api_check.cc asserts them against NVIDIA's headers and
 // `nox -s cuda_abi` checks that the libraries export every name.
 //
 // The types cuSOLVERMp shares with cuSolverMg (cudaStream_t, cudaDataType, cublasFillMode_t,
 // cublasOperation_t, cusolverStatus_t) are cuda_api.h's.
 //
-// Worth knowing before calling them (cuSOLVERMp 0.9):
+// Worth knowing before calling them (cuSOLVERMp 0.8 and 0.9):
 //  - The grid is built on an NCCL communicator (ncclComm_t), since cuSOLVERMp 0.7; older
 //    releases took libcal's cal_comm_t. One handle per process and GPU.
 //  - Sizes, offsets and pivots are int64_t (ipiv too, unlike cuSolverMg's int); the global
@@ -56,6 +57,15 @@ typedef struct cusolverMpHandle* cusolverMpHandle_t;
 typedef struct cusolverMpGrid* cusolverMpGrid_t;
 typedef struct cusolverMpMatrixDescriptor* cusolverMpMatrixDescriptor_t;
 
+typedef struct cusolverMpGesvdDescriptor* cusolverMpGesvdDescriptor_t;  // cuSOLVERMp >= 0.9.0
+
+// The releases jaxmg binds, as cusolverMpGetVersion and CUSOLVERMP_VERSION write them (major *
+// 1000 + minor * 100 + patch). 0.8.0 is the newest that runs on NCCL 2.28 (0.9.x needs
+// cuBLASMp, and cuBLASMp >= 0.8 NCCL >= 2.29.2); 0.7.x lacks cusolverMpSetStream.
+inline constexpr int kCusolverMpOldest = 800;
+// cusolverMpGesvd and its descriptor (JAXMG_CUSOLVERMP_GESVD_FUNCTIONS) first came in 0.9.0.
+inline constexpr int kCusolverMpGesvdSince = 900;
+
 // How the ranks of the communicator fill the process grid.
 enum cusolverMpGridMapping_t {
   CUSOLVERMP_GRID_MAPPING_ROW_MAJOR = 1,
@@ -87,9 +97,16 @@ enum cusolverMpGridMapping_t {
 //         <work>, info)
 //  Syevd (handle, jobz, uplo, n, A, IA, JA, descA, D (eigenvalues), Q, IQ, JQ, descQ,
 //         computeType, <work>, info)
+//  Geqrf (handle, m, n, A, IA, JA, descA, tau, computeType, <work>, info)
+//  Orgqr (handle, m, n, k, A, IA, JA, descA, tau, computeType, <work>, info)
+//  Gels (handle, trans, m, n, nrhs, A, IA, JA, descA, B, IB, JB, descB, computeType, <work>,
+//        info)
+//  Gesvd (handle, gesvdDesc, jobu, jobvt, m, n, A, IA, JA, descA, S, U, IU, JU, descU, VT, IVT,
+//         JVT, descVT, computeType, <work>, info)
 // Each _bufferSize takes the same parameters up to computeType, then (d_bytes*, h_bytes*).
 #define JAXMG_CUSOLVERMP_FUNCTIONS(X)                                                             \
   X(cusolverStatus_t, cusolverMpCreate, (cusolverMpHandle_t*, int, cudaStream_t))                 \
+  X(cusolverStatus_t, cusolverMpGetVersion, (cusolverMpHandle_t, int*))                           \
   X(cusolverStatus_t, cusolverMpDestroy, (cusolverMpHandle_t))                                    \
   X(cusolverStatus_t, cusolverMpSetStream, (cusolverMpHandle_t, cudaStream_t))                    \
   X(cusolverStatus_t, cusolverMpCreateDeviceGrid,                                                 \
@@ -136,13 +153,52 @@ enum cusolverMpGridMapping_t {
   X(cusolverStatus_t, cusolverMpSyevd,                                                            \
     (cusolverMpHandle_t, char*, cublasFillMode_t, int64_t, void*, int64_t, int64_t,               \
      cusolverMpMatrixDescriptor_t, void*, void*, int64_t, int64_t, cusolverMpMatrixDescriptor_t,  \
+     cudaDataType, void*, size_t, void*, size_t, int*))                                           \
+  X(cusolverStatus_t, cusolverMpGeqrf_bufferSize,                                                 \
+    (cusolverMpHandle_t, int64_t, int64_t, void*, int64_t, int64_t, cusolverMpMatrixDescriptor_t, \
+     cudaDataType, size_t*, size_t*))                                                             \
+  X(cusolverStatus_t, cusolverMpGeqrf,                                                            \
+    (cusolverMpHandle_t, int64_t, int64_t, void*, int64_t, int64_t, cusolverMpMatrixDescriptor_t, \
+     void*, cudaDataType, void*, size_t, void*, size_t, int*))                                    \
+  X(cusolverStatus_t, cusolverMpOrgqr_bufferSize,                                                 \
+    (cusolverMpHandle_t, int64_t, int64_t, int64_t, const void*, int64_t, int64_t,                \
+     cusolverMpMatrixDescriptor_t, const void*, cudaDataType, size_t*, size_t*))                  \
+  X(cusolverStatus_t, cusolverMpOrgqr,                                                            \
+    (cusolverMpHandle_t, int64_t, int64_t, int64_t, void*, int64_t, int64_t,                      \
+     cusolverMpMatrixDescriptor_t, const void*, cudaDataType, void*, size_t, void*, size_t,       \
+     int*))                                                                                       \
+  X(cusolverStatus_t, cusolverMpGels_bufferSize,                                                  \
+    (cusolverMpHandle_t, cublasOperation_t, int64_t, int64_t, int64_t, void*, int64_t, int64_t,   \
+     cusolverMpMatrixDescriptor_t, void*, int64_t, int64_t, cusolverMpMatrixDescriptor_t,         \
+     cudaDataType, size_t*, size_t*))                                                             \
+  X(cusolverStatus_t, cusolverMpGels,                                                             \
+    (cusolverMpHandle_t, cublasOperation_t, int64_t, int64_t, int64_t, void*, int64_t, int64_t,   \
+     cusolverMpMatrixDescriptor_t, void*, int64_t, int64_t, cusolverMpMatrixDescriptor_t,         \
      cudaDataType, void*, size_t, void*, size_t, int*))
 
-// The function table a loader fills with dlsym (none yet: the solver code comes later).
+// cuSOLVERMp >= 0.9.0 only (kCusolverMpGesvdSince): bound where the library has them; a routine
+// that needs them is refused, naming the versions, where it does not.
+#define JAXMG_CUSOLVERMP_GESVD_FUNCTIONS(X)                                                      \
+  X(cusolverStatus_t, cusolverMpGesvdDescriptorCreate, (cusolverMpGesvdDescriptor_t*))           \
+  X(cusolverStatus_t, cusolverMpGesvdDescriptorDestroy, (cusolverMpGesvdDescriptor_t))           \
+  X(cusolverStatus_t, cusolverMpGesvd_bufferSize,                                                \
+    (cusolverMpHandle_t, cusolverMpGesvdDescriptor_t, cusolverEigMode_t, cusolverEigMode_t,      \
+     int64_t, int64_t, const void*, int64_t, int64_t, cusolverMpMatrixDescriptor_t, const void*, \
+     const void*, int64_t, int64_t, cusolverMpMatrixDescriptor_t, const void*, int64_t, int64_t, \
+     cusolverMpMatrixDescriptor_t, cudaDataType, size_t*, size_t*))                              \
+  X(cusolverStatus_t, cusolverMpGesvd,                                                           \
+    (cusolverMpHandle_t, cusolverMpGesvdDescriptor_t, cusolverEigMode_t, cusolverEigMode_t,      \
+     int64_t, int64_t, void*, int64_t, int64_t, cusolverMpMatrixDescriptor_t, void*, void*,      \
+     int64_t, int64_t, cusolverMpMatrixDescriptor_t, void*, int64_t, int64_t,                    \
+     cusolverMpMatrixDescriptor_t, cudaDataType, void*, size_t, void*, size_t, int*))
+
+// The function table a loader fills with dlsym; the GESVD members stay null where the library
+// lacks them.
 struct MpApi {
 #define JAXMG_MP_API_MEMBER(ret, name, params) ret(*name) params = nullptr;
   JAXMG_NCCL_FUNCTIONS(JAXMG_MP_API_MEMBER)
   JAXMG_CUSOLVERMP_FUNCTIONS(JAXMG_MP_API_MEMBER)
+  JAXMG_CUSOLVERMP_GESVD_FUNCTIONS(JAXMG_MP_API_MEMBER)
 #undef JAXMG_MP_API_MEMBER
 };
 

@@ -44,7 +44,7 @@ from . import (
 )
 
 # A new id per traced call, the same on every process (they trace the same program): the
-# processes agree on the order of calls by it (csrc/engines/scalapack.cc).
+# processes agree on the order of calls by it (csrc/engines/scalapack_engine.h).
 _call_ids = itertools.count(1)
 
 #: The wheels' libraries, in dependency order: MPICH's libmpi (for BLACS), then MKL's core,
@@ -121,6 +121,23 @@ def load() -> None:
     missing = _jaxmg_cuda.scalapack_missing()
     if missing:
         raise RuntimeError(f"MKL's ScaLAPACK was opened but lacks: {missing}")
+
+
+def cusolvermp_version() -> tuple[str | None, bool]:
+    """The loaded cuSOLVERMp: its version as ``"0.8.0"`` (``None`` until a backend ``"mp"`` call
+    on a GPU has made this process's handle: cuSOLVERMp tells its version through a handle)
+    and whether it has ``cusolverMpGesvd`` (0.9.0 on: without it, jaxmg's ``svd``, ``gesvd``
+    and ``polar`` on GPUs run jaxmg's compositions instead). Loads the libraries on first use.
+
+    Raises:
+      RuntimeError: no CUDA build, or the CUDA runtime, NCCL or cuSOLVERMp cannot be loaded.
+    """
+    if not hasattr(_jaxmg_cuda, "cusolvermp_version"):
+        raise RuntimeError("jaxmg_cuda was built without CUDA support")
+    number, gesvd = _jaxmg_cuda.cusolvermp_version()
+    if number == 0:
+        return None, bool(gesvd)
+    return f"{number // 1000}.{number % 1000 // 100}.{number % 100}", bool(gesvd)
 
 
 _nccl_ids: dict[str, np.ndarray] = {}

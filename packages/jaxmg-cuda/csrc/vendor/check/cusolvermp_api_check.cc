@@ -24,8 +24,17 @@
 #include "vendor/check/abi_check.h"
 #include "vendor/cusolvermp_api.h"
 
-#if CUSOLVERMP_VERSION < 900
-#error "cusolvermp_api_check.cc: cusolverMp.h is older than cuSOLVERMp 0.9"
+static_assert(CUSOLVERMP_VERSION >= jaxmg::cuda::kCusolverMpOldest,
+              "kCusolverMpOldest: cusolverMp.h is older than the oldest cuSOLVERMp jaxmg binds");
+// The GESVD list exists from kCusolverMpGesvdSince (0.9.0) on; `nox -s cuda_abi` also checks
+// that the 0.8.0 library lacks those names and the 0.9.1 library exports them.
+#define JAXMG_HAS_GESVD (CUSOLVERMP_VERSION >= 900)
+#if JAXMG_HAS_GESVD
+static_assert(jaxmg::cuda::kCusolverMpGesvdSince <= CUSOLVERMP_VERSION,
+              "kCusolverMpGesvdSince: this cusolverMp.h declares cusolverMpGesvd");
+#else
+static_assert(jaxmg::cuda::kCusolverMpGesvdSince > CUSOLVERMP_VERSION,
+              "kCusolverMpGesvdSince: this cusolverMp.h lacks cusolverMpGesvd");
 #endif
 #if NCCL_MAJOR != 2
 #error "cusolvermp_api_check.cc: nccl.h is not NCCL 2"
@@ -41,6 +50,7 @@ namespace c = jaxmg::cuda;
   M(c::cudaDataType, ::cudaDataType)                                                           \
   M(c::cublasFillMode_t, ::cublasFillMode_t)                                                   \
   M(c::cublasOperation_t, ::cublasOperation_t)                                                 \
+  M(c::cusolverEigMode_t, ::cusolverEigMode_t)                                                 \
   M(c::cusolverMpGridMapping_t, ::cusolverMpGridMapping_t)                                     \
   M(c::ncclDataType_t, ::ncclDataType_t)                                                       \
   M(c::ncclRedOp_t, ::ncclRedOp_t)                                                             \
@@ -67,6 +77,16 @@ static_assert(std::is_same_v<jaxmg_abi::Ours<::cusolverMpHandle_t>, c::cusolverM
 static_assert(std::is_same_v<jaxmg_abi::Ours<::cusolverMpGrid_t>, c::cusolverMpGrid_t>);
 static_assert(std::is_same_v<jaxmg_abi::Ours<::cusolverMpMatrixDescriptor_t>,
                              c::cusolverMpMatrixDescriptor_t>);
+#if JAXMG_HAS_GESVD
+namespace jaxmg_abi {
+JAXMG_ABI_OURS_OF(std::remove_pointer_t<c::cusolverMpGesvdDescriptor_t>,
+                  std::remove_pointer_t<::cusolverMpGesvdDescriptor_t>)
+}  // namespace jaxmg_abi
+JAXMG_ABI_CHECK_MIRROR("cusolvermp_api.h", std::remove_pointer_t<c::cusolverMpGesvdDescriptor_t>,
+                       std::remove_pointer_t<::cusolverMpGesvdDescriptor_t>)
+static_assert(
+    std::is_same_v<jaxmg_abi::Ours<::cusolverMpGesvdDescriptor_t>, c::cusolverMpGesvdDescriptor_t>);
+#endif
 // Taken over as it is (vendor/cuda_api.h's global typedef).
 static_assert(std::is_same_v<::cudaStream_t, cudaStream_t>);
 
@@ -83,6 +103,9 @@ static_assert(std::is_same_v<::cudaStream_t, cudaStream_t>);
   JAXMG_CHECK_FUNCTION(::cusolverStatus_t, ret, name, params, #name)
 JAXMG_NCCL_FUNCTIONS(JAXMG_CHECK_NCCL)
 JAXMG_CUSOLVERMP_FUNCTIONS(JAXMG_CHECK_CUSOLVERMP)
+#if JAXMG_HAS_GESVD
+JAXMG_CUSOLVERMP_GESVD_FUNCTIONS(JAXMG_CHECK_CUSOLVERMP)
+#endif
 
 // --- 3. Values. ------------------------------------------------------------------------------
 

@@ -61,7 +61,7 @@ ffi::Error RunRectOnScalapack(const RectOperands& operands);
 // "" when the ScaLAPACK and BLACS symbols are loaded in this process, else what is missing.
 std::string ScalapackMissing();
 
-// How many times a call of this process stepped back for a smaller one (scalapack.cc; tests).
+// How many times a call of this process stepped back for a smaller one (scalapack_engine.h; tests).
 int64_t ScalapackStepBacks();
 
 }  // namespace jaxmg

@@ -16,7 +16,16 @@ compiler). In order, each step in a process of its own with a deadline:
    sweep, syevd, lu_solve, cho_factor/cho_solve, a Gaussian process's value_and_grad, the fixed
    cost; on several GPUs also the device-count scaling and ``relayout="native"`` against
    ``"jax"``), each jaxmg row against JAX's own single-device solver in the same run;
-5. svd, qr, polar and lstsq with ``backend="mg"`` against JAX's own at N = 4096
+5. backend ``"mp"`` (cuSOLVERMp over NCCL) in one process on a 1 x 1 grid
+   (``benchmarks/mp_gpu_check.py``): every routine it runs on GPUs in four dtypes against
+   numpy, the not-positive-definite and singular-LU statuses, the cuSOLVERMp release loaded,
+   and potrs N = 16384 and syevd N = 8192 against JAX's own and ``backend="mg"``. With
+   ``--cusolvermp-wheels DIR`` it first installs the cuSOLVERMp wheel(s) in ``DIR`` (``pip
+   install --no-deps --no-index``): the machine is offline, so fill ``DIR`` beforehand with
+   ``pip download --no-deps -d wheels 'nvidia-cusolvermp-cu13==0.8.0.3126'`` (22 MiB; 0.8.0 is
+   the release that runs with the NCCL 2.28 GPU images ship; ``/wheels/`` is git-ignored, so a
+   device call carries it by naming it: ``carry=["wheels"]``);
+6. svd, qr, polar and lstsq with ``backend="mg"`` against JAX's own at N = 4096
    (``benchmarks/decompositions.py``; its table is in the log).
 
 It leaves exactly two files, ``<gpu>_<date>.md`` (the machine, every step's outcome, every
@@ -33,7 +42,8 @@ benchmark check failed.
 
 ``--smoke`` (CI, no GPU): the same run on two simulated CPU devices, without the build, with
 the benchmark groups at tiny sizes and a stand-in test file (a pass, a failure, a skip) for the
-first pytest step (the others are the same code).
+first pytest step (the others are the same code), and the backend ``"mp"`` step on one CPU
+device with ``backend="mg"`` (the LAPACK twin: ``"mp"`` on CPUs needs MPI).
 """
 
 from __future__ import annotations
@@ -85,6 +95,8 @@ PYTEST_STEPS = (
 )
 BENCH = {"potrs": (110, 80), "syevd": (80, 35), "factored": (70, 0), "scaling": (150, 0)}
 DECOMPOSITIONS_S = 150  # the H200 ran the four at N = 4096 in about 110 s
+MP = (120, 80)  # backend "mp" on the one GPU: the checks, then two timings of three variants
+MP_INSTALL = (60, 300)
 
 # Packages whose versions the results record, where installed.
 VERSIONS = (
@@ -419,6 +431,7 @@ GROUP_TITLES = {
     "factored": "lu_solve, cho_factor + cho_solve, cho_solve with a given factor, and a "
     "Gaussian process likelihood's value_and_grad",
     "scaling": "device-count scaling and the relayout (native: in place; jax: JAX collectives)",
+    "mp": "backend mp (cuSOLVERMp over NCCL) on one GPU against mg (cuSolverMg) and JAX's own",
 }
 
 
@@ -506,6 +519,11 @@ def parse(argv=None):
     )
     p.add_argument("--budget", type=float, default=BUDGET_S, help="seconds for everything")
     p.add_argument("--smoke", action="store_true", help="CI: CPU devices, tiny sizes, no build")
+    p.add_argument(
+        "--cusolvermp-wheels",
+        type=pathlib.Path,
+        help="a folder of cuSOLVERMp wheels to install first (pip install --no-deps --no-index)",
+    )
     return p.parse_args(argv)
 
 
@@ -575,6 +593,21 @@ def run_steps(args, env, steps, results, scratch, count):
             reserve=BUILD[1],
         )
         results.machine.update(module_exports(env))
+        if args.cusolvermp_wheels is not None:
+            wheels = sorted(str(w) for w in args.cusolvermp_wheels.glob("*.whl"))
+            steps.run(
+                f"install cuSOLVERMp from {args.cusolvermp_wheels}",
+                [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", *wheels]
+                if wheels
+                else [
+                    sys.executable,
+                    "-c",
+                    f"raise SystemExit('no wheel in {args.cusolvermp_wheels}')",
+                ],
+                MP_INSTALL[0],
+                env,
+                reserve=MP_INSTALL[1],
+            )
     # The multi-process GPU tests start processes of their own on the same GPUs.
     tests_env = {**env, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
     for i, (title, selection, cap, reserve) in enumerate(PYTEST_STEPS):
@@ -586,6 +619,17 @@ def run_steps(args, env, steps, results, scratch, count):
         else:
             selection = ["--num-cpu-devices=1", *selection]
         pytest_step(steps, title, selection, (cap, reserve), tests_env, scratch, results)
+    # Backend "mp" on the one GPU (cuSOLVERMp), in a process of its own.
+    sink = pathlib.Path(scratch) / "mp.jsonl"
+    command = [sys.executable, ROOT / "benchmarks" / "mp_gpu_check.py", "--json", sink]
+    budget = min(MP[0], steps.left() - MP[1]) - 15
+    command += ["--budget", f"{max(budget, 0):.0f}"] + (["--smoke"] if args.smoke else [])
+    mp_env = {**env, "JAX_NUM_CPU_DEVICES": "1"} if args.smoke else env
+    steps.run("backend mp (cuSOLVERMp) on one GPU", command, MP[0], mp_env, reserve=MP[1])
+    if sink.exists():
+        for row in map(json.loads, sink.read_text().splitlines()):
+            (results.tests if row["kind"] == "test" else results.rows).append(row)
+    results.write()
     groups = ["potrs", "syevd", "factored"] + (["scaling"] if count > 1 else [])
     for group in groups:
         cap, reserve = BENCH[group]

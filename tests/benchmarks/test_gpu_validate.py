@@ -206,6 +206,12 @@ def test_smoke_run_end_to_end(tmp_path):
     steps = {r["title"]: r["outcome"] for r in records if r["kind"] == "step"}
     for group in ("potrs", "syevd", "factored", "scaling"):
         assert steps[f"benchmarks: {group}"] == "ok", steps
+    # The backend "mp" step's code (on CPUs with backend "mg"): its checks and its timings.
+    assert steps["backend mp (cuSOLVERMp) on one GPU"] == "ok", steps
+    mp_tests = [r for r in records if r["kind"] == "test" and r["step"].startswith("backend mp")]
+    assert len(mp_tests) == 4 * 6 + 2 and all(t["outcome"] == "passed" for t in mp_tests)
+    mp_rows = {(r["routine"], r["variant"]) for r in records if r.get("group") == "mp"}
+    assert mp_rows == {(r, v) for r in ("potrs", "syevd") for v in ("jax", "mg", "mp")}
     rows = [r for r in records if r["kind"] == "bench"]
     gpu_bench = load("gpu_bench")
     for group in ("potrs", "syevd", "factored", "scaling"):

@@ -33,7 +33,7 @@ Scenarios:
   (cho_factor, lu_factor) takes over ``A``'s buffer (XLA's ``input_output_alias``), with the
   program's bytes per process from XLA's memory analysis.
 - ``decompositions``: svd, qr, polar, lstsq (ScaLAPACK's p?gesvd, p?geqrf + p?orgqr/p?ungqr)
-  and p?gels (``jaxmg._scalapack.gels``), both 1D forms, against numpy and scipy
+  and p?gels (``jaxmg._engine_rect.gels``), both 1D forms, against numpy and scipy
   (singular values, reconstruction, orthonormality, numpy's lstsq): every dtype of DTYPES on a
   tall matrix, the double ones also wide and square; a rank-deficient A (its documented
   outcome for each routine); the jvp of the singular values against JAX's rule, and of Q and
@@ -405,7 +405,7 @@ def decompositions(mesh, specs):
     and square (single precision: tall only), a rank-deficient A, and the jvps."""
     import scipy.linalg
 
-    from jaxmg import _scalapack
+    from jaxmg import _engine_rect
 
     rng = np.random.default_rng(3)
     p = size
@@ -429,7 +429,7 @@ def decompositions(mesh, specs):
                     close(q @ r, a, dtype) and orthonormal(q, dtype) and np.all(np.tril(r, -1) == 0)
                 )
                 report("qr", ok and np.all(d.real >= 0) and np.all(d.imag == 0), **tag)
-                x = host(_scalapack.gels(A, jnp.asarray(b), T_A=2))
+                x = host(_engine_rect.gels(A, jnp.asarray(b), T_A=2))
                 report("gels", close(x, np.linalg.lstsq(a, b, rcond=None)[0], dtype), **tag)
                 x, resid, rank, _ = (host(v) for v in jaxmg.lstsq(A, jnp.asarray(b), **mp))
                 ok = close(x, np.linalg.lstsq(a, b, rcond=None)[0], dtype)
@@ -467,7 +467,7 @@ def decompositions(mesh, specs):
         ok = int(rank) == n - 2 and close(x, np.linalg.lstsq(a, b, rcond=None)[0], dtype)
         report("lstsq_deficient", ok, form=form)
         # p?gels: the triangular factor's exactly zero diagonal entry N is the status, x NaN.
-        x, status = _scalapack.gels(A, jnp.asarray(b), return_status=True)
+        x, status = _engine_rect.gels(A, jnp.asarray(b), return_status=True)
         ok = int(host(status)) == n and np.all(np.isnan(host(x)))
         report("gels_singular", ok, form=form, status=int(host(status)))
         # Householder QR has no failure: status 0, A = Q R, Q orthonormal, R[N-1, N-1] = 0.

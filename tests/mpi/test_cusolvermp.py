@@ -2,7 +2,8 @@
 the emulator of the CUDA runtime, NCCL and cuSOLVERMp (tests/native/fake_cuda, numbers from MKL's
 ScaLAPACK): every routine and dtype on 1x2, 2x1, 2x2 and 1x4 process grids against numpy, a
 matrix that is not positive definite, what cuSOLVERMp 0.9 cannot do refused with the reason,
-and no misuse of the libraries (``cusolvermp_worker.py``). NOT A GPU RUN: it proves the
+and no misuse of the libraries (``cusolvermp_worker.py``); the rectangular routines (qr, gels)
+and the version read alike (``cusolvermp_rect_worker.py``). NOT A GPU RUN: it proves the
 engine's plumbing against the emulator's reading of the libraries. Runs in ``nox -s mpi``,
 which installs ``mkl``, ``mpich`` and ``mpi4py``; skips elsewhere."""
 
@@ -49,5 +50,33 @@ def test_cusolvermp_engine_on_the_emulator(fake_cuda, tmp_path, grid, tile, n):
         lines = (tmp_path / f"{rank}.jsonl").read_text().splitlines()
         checks = [json.loads(line) for line in lines]
         assert len(checks) == CHECKS, checks
+        failed = [c for c in checks if not c["ok"]]
+        assert not failed, (rank, failed)
+
+
+RECT_WORKER = pathlib.Path(__file__).with_name("cusolvermp_rect_worker.py")
+RECT_CHECKS = 4 * 3 + 3  # per dtype: qr tall and wide, gels; then version, wide gels, violations
+
+
+@pytest.mark.parametrize(("grid", "tile"), [("1x2", 2), ("2x1", 3), ("2x2", 2)])
+def test_cusolvermp_rectangular_routines_on_the_emulator(fake_cuda, tmp_path, grid, tile):
+    """qr (Geqrf + Orgqr) and gels (Gels) of csrc/engines/cusolvermp_rect.cc, per rank."""
+    if not MPIEXEC.exists() and shutil.which("mpiexec") is None:
+        pytest.skip("no mpiexec (pip install mpich)")
+    mpiexec = str(MPIEXEC if MPIEXEC.exists() else shutil.which("mpiexec"))
+    rows, cols = (int(v) for v in grid.split("x"))
+    done = subprocess.run(
+        [mpiexec, "-n", str(rows * cols), sys.executable, str(RECT_WORKER), grid, str(tile)]
+        + [str(fake_cuda), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,  # a rank that dies makes mpiexec end the job; this bounds the rest
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for rank in range(rows * cols):
+        lines = (tmp_path / f"{rank}.jsonl").read_text().splitlines()
+        checks = [json.loads(line) for line in lines]
+        assert len(checks) == RECT_CHECKS, checks
         failed = [c for c in checks if not c["ok"]]
         assert not failed, (rank, failed)

@@ -2,8 +2,8 @@
 under ``mpiexec -n 2`` and ``-n 4`` (MPICH), driven directly with ctypes by
 ``fake_cusolvermp_worker.py``: potrf + potrs, getrf + getrs, syevd, geqrf + orgqr and gels on
 1xP and 2x2 grids of both mappings against numpy, GetVersion, ncclAllReduce, a too-small
-workspace refused as a violation, and nothing left alive. Runs in ``nox -s mpi``, which installs ``mkl``, ``mpich`` and ``mpi4py``;
-skips elsewhere."""
+workspace refused as a violation, and nothing left alive. Runs in ``nox -s mpi``, which
+installs ``mkl``, ``mpich`` and ``mpi4py``; skips elsewhere."""
 
 import json
 import os

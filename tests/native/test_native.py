@@ -810,6 +810,36 @@ def test_mp_cuda_lowering_on_cpu(cpu_devices, routine):
         jaxmg_cuda.mp.potrf(a, 0, T_A=4, grid=(1, 1), blocks=True, nccl_id=nccl_id)
 
 
+@pytest.mark.usefixtures("once_per_suite")
+@pytest.mark.parametrize("routine", ["qr", "gels"])
+def test_mp_cuda_rectangular_lowering_on_cpu(cpu_devices, routine):
+    """The rectangular routines lowered for CUDA: the same jaxmg_mp_* target as on CPUs, with
+    M, N, the grid and the NCCL communicator's id as attributes and the results' shapes."""
+    mesh = jax.make_mesh((1,), ("x",), devices=cpu_devices[:1])
+    a = jax.device_put(jnp.zeros((6, 10), jnp.float64), NamedSharding(mesh, ROWS))
+    b = jax.device_put(jnp.zeros((10, 2), jnp.float64), NamedSharding(mesh, P()))
+    nccl_id = np.arange(16, dtype=np.int64) + 2000
+    common = dict(m=10, n=6, T_A=2, grid=(1, 1), nccl_id=nccl_id)
+
+    def local(a, b):
+        pos = jax.lax.axis_index("x")
+        if routine == "qr":
+            return jaxmg_cuda.mp.qr(a, pos, **common)
+        return jaxmg_cuda.mp.gels(a, b, pos, **common)
+
+    outs = (P(), P(), P()) if routine == "qr" else (P(), P())
+    fn = jax.jit(
+        jax.shard_map(local, mesh=mesh, in_specs=(ROWS, P()), out_specs=outs, check_vma=False)
+    )
+    text = fn.trace(a, b).lower(lowering_platforms=("cuda",)).as_text()
+    assert f"custom_call @jaxmg_mp_{routine}(" in text
+    words = ", ".join(str(v) for v in nccl_id)
+    assert f"nccl_id = dense<[{words}]> : tensor<16xi64>" in text
+    assert "m = 10 : i64" in text and "n = 6 : i64" in text
+    results = ("tensor<10x6xf64>", "tensor<6x6xf64>") if routine == "qr" else ("tensor<6x2xf64>",)
+    assert all(r in text for r in results), text
+
+
 _MP_GPU_SCRIPT = """
 import os, sys
 import numpy as np

@@ -201,6 +201,47 @@ PYBIND11_MODULE(_jaxmg_cuda, m) {
       },
       "ncclGetUniqueId's 128 bytes (loads the CUDA runtime, NCCL and cuSOLVERMp on first use).");
   m.def(
+      "run_rect_cuda_on_host",
+      [](const std::string& op, const std::string& dtype, int64_t m, int64_t n, int64_t tile,
+         int64_t nrhs, std::vector<int64_t> grid, int position, int64_t device_id,
+         int64_t local_cols, int64_t lld, const py::bytes& a, const py::bytes& b,
+         std::vector<int64_t> nccl_id) {
+        jaxmg::HostRectCall call;
+        call.op = op;
+        call.dtype = dtype;
+        call.m = m;
+        call.n = n;
+        call.tile = tile;
+        call.nrhs = nrhs;
+        call.grid = std::move(grid);
+        call.position = position;
+        call.device_id = device_id;
+        call.local_cols = local_cols;
+        call.lld = lld;
+        call.a = a;
+        call.b = b;
+        call.nccl_id = std::move(nccl_id);
+        jaxmg::HostRectResult result;
+        std::string error;
+        bool ran;
+        {
+          py::gil_scoped_release release;
+          ran = jaxmg::RunRectCudaOnHost(call, &result, &error);
+        }
+        if (!ran) throw std::invalid_argument(error);
+        py::dict out;
+        out["out0"] = py::bytes(result.out0);
+        out["out1"] = py::bytes(result.out1);
+        out["status"] = result.status;
+        out["error"] = result.error;
+        return out;
+      },
+      py::arg("op"), py::arg("dtype"), py::arg("m"), py::arg("n"), py::arg("tile"),
+      py::arg("nrhs"), py::arg("grid"), py::arg("position"), py::arg("device_id"),
+      py::arg("local_cols"), py::arg("lld"), py::arg("a"), py::arg("b"), py::arg("nccl_id"),
+      "Test hook: one call of backend 'mp''s rectangular routines on cuSOLVERMp outside XLA "
+      "(cuda_testing.h, RunRectCudaOnHost); a dict of out0, out1, status and error.");
+  m.def(
       "cusolvermp_version",
       [] {
         std::string error;

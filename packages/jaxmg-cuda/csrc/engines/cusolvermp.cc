@@ -1,155 +1,22 @@
-// cuSOLVERMp over NCCL (cusolvermp.h): the libraries, the process's communicators, handle and
-// grids, and one call on this process's local array.
+// cuSOLVERMp over NCCL (cusolvermp.h), the square routines: one call on this process's local
+// array (the libraries and the process's communicators, handle and grids: cusolvermp_engine.h).
 #include "engines/cusolvermp.h"
 
-#include <dlfcn.h>
-
 #include <algorithm>
-#include <atomic>
-#include <cstring>
-#include <map>
-#include <memory>
 #include <mutex>
-#include <sstream>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "base/common.h"
-#include "vendor/cusolvermp_api.h"
-#include "vendor/loader.h"
+#include "engines/cusolvermp_engine.h"
 
 namespace jaxmg {
 namespace {
 
-using cuda::MpApi;
-
-// --- the libraries -----------------------------------------------------------------------------
-
-struct Libraries {
-  const Api* rt = nullptr;  // the CUDA runtime (vendor/cuda_api.h's loader)
-  MpApi mp;                 // the GESVD members null where the library lacks them
-  bool gesvd = false;       // whether it has all of JAXMG_CUSOLVERMP_GESVD_FUNCTIONS
-};
-
-// What the loaded library's cusolverMpGetVersion said (0 until the first handle exists).
-std::atomic<int> loaded_version{0};
-
-// "0.9.1" for cuSOLVERMp's 901.
-std::string VersionName(int version) {
-  return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 100) + "." +
-         std::to_string(version % 100);
-}
-
-std::mutex load_mu;
-
-const Libraries* Load(std::string* error) {
-  std::lock_guard<std::mutex> lock(load_mu);
-  static Libraries* libs = nullptr;
-  static std::string failure;
-  if (libs != nullptr) return libs;
-  if (!failure.empty()) {
-    *error = failure;
-    return nullptr;
-  }
-  auto loaded = std::make_unique<Libraries>();
-  loaded->rt = cuda::Load(&failure);
-  if (loaded->rt == nullptr) {
-    *error = failure;
-    return nullptr;
-  }
-  // The handles stay open for the life of the process.
-  cuda::OpenFailures tried;
-  void* nccl = cuda::OpenLibrary(cuda::kNcclLibrary, &tried);
-  void* solver = cuda::OpenLibrary(cuda::kCusolverMpLibrary, &tried);
-  if (nccl == nullptr || solver == nullptr) {
-    // Found but not loadable is a version mismatch far more often than a missing file
-    // (docs/gpu.md has the table of what loads with which NCCL).
-    failure = "jaxmg: backend 'mp' on GPUs needs NCCL (libnccl.so.2) and cuSOLVERMp "
-              "(libcusolverMp.so.0, with cuBLASMp)" +
-              std::string(tried.unloadable.empty() ? ", which were not found."
-                                                   : ", which were found but could not all be "
-                                                     "loaded.") +
-              cuda::DescribeFailures(tried);
-    if (!tried.unloadable.empty())
-      failure +=
-          "\nThe versions must match. cuSOLVERMp 0.9.x loads cuBLASMp (0.9.1 needs cuBLASMp "
-          "0.10), and every cuBLASMp from 0.8 needs NCCL >= 2.29.2: with an older NCCL it fails "
-          "on an undefined symbol of libnccl.so.2 (ncclCommQueryProperties, ncclPutSignal, "
-          "ncclWaitSignal). cuSOLVERMp 0.8.0 needs no cuBLASMp and runs with NCCL 2.28 "
-          "(pip install --no-deps 'nvidia-cusolvermp-cu13==0.8.0.*', or -cu12); or upgrade "
-          "NCCL (pip install 'nvidia-nccl-cu13>=2.29.2', or -cu12). Each library needs the CUDA "
-          "major it was built for; LD_LIBRARY_PATH picks among installed ones.";
-    else
-      failure +=
-          "\nInstall NVIDIA's wheels (pip install nvidia-cusolvermp-cu12 nvidia-nccl-cu12, or "
-          "the -cu13 pair) or add their folders to LD_LIBRARY_PATH.";
-    *error = failure;
-    return nullptr;
-  }
-  std::string missing;
-#define JAXMG_BIND_NCCL(ret, name, params) cuda::Bind(nccl, #name, loaded->mp.name, &missing);
-#define JAXMG_BIND_MP(ret, name, params) cuda::Bind(solver, #name, loaded->mp.name, &missing);
-  JAXMG_NCCL_FUNCTIONS(JAXMG_BIND_NCCL)
-  JAXMG_CUSOLVERMP_FUNCTIONS(JAXMG_BIND_MP)
-  std::string later;  // what releases before kCusolverMpGesvdSince lack: not an error
-#define JAXMG_BIND_LATER(ret, name, params) cuda::Bind(solver, #name, loaded->mp.name, &later);
-  JAXMG_CUSOLVERMP_GESVD_FUNCTIONS(JAXMG_BIND_LATER)
-#undef JAXMG_BIND_NCCL
-#undef JAXMG_BIND_MP
-#undef JAXMG_BIND_LATER
-  loaded->gesvd = later.empty();
-  if (!missing.empty()) {
-    failure = "jaxmg: the loaded NCCL and cuSOLVERMp lack symbols jaxmg needs:" + missing +
-              "\njaxmg binds cuSOLVERMp " + VersionName(cuda::kCusolverMpOldest) +
-              " to 0.9.1 (0.7.x lacks cusolverMpSetStream) and NCCL 2.x.";
-    *error = failure;
-    return nullptr;
-  }
-  libs = loaded.release();
-  return libs;
-}
-
-// Every cuSOLVERMp and NCCL call goes through these (cuda_internal.h's JAXMG_VENDOR for the
-// runtime): a failure returns an Outcome naming the call and the library's message.
-#define JAXMG_CUSOLVERMP(libs, expr)                                                        \
-  do {                                                                                      \
-    const int jaxmg_status_ = (libs)->mp.expr;                                              \
-    if (jaxmg_status_ != 0) {                                                               \
-      std::ostringstream jaxmg_m_;                                                          \
-      jaxmg_m_ << __FILE__ << ":" << __LINE__ << ": " << #expr                              \
-               << " failed: " << CusolverStatusName(jaxmg_status_) << " (" << jaxmg_status_ \
-               << ")";                                                                      \
-      return Outcome::Fail(jaxmg_m_.str());                                                 \
-    }                                                                                       \
-  } while (0)
-#define JAXMG_NCCL(libs, expr)                                                        \
-  do {                                                                                \
-    const int jaxmg_status_ = (libs)->mp.expr;                                        \
-    if (jaxmg_status_ != cuda::ncclSuccess) {                                         \
-      std::ostringstream jaxmg_m_;                                                    \
-      jaxmg_m_ << __FILE__ << ":" << __LINE__ << ": " << #expr                        \
-               << " failed: " << (libs)->mp.ncclGetErrorString(jaxmg_status_) << " (" \
-               << jaxmg_status_ << ")";                                               \
-      return Outcome::Fail(jaxmg_m_.str());                                           \
-    }                                                                                 \
-  } while (0)
-
-// --- what a process keeps between calls ---------------------------------------------------------
-
-// One NCCL communicator per unique id, one cuSOLVERMp handle per GPU (the library allows no
-// more), one grid per communicator and shape; kept for the life of the process. Guarded by
-// `state_mu`, held for a whole call (one GPU per process: calls come one at a time anyway).
-struct State {
-  std::map<std::string, cuda::ncclComm_t> comms;
-  std::map<int, cuda::cusolverMpHandle_t> handles;
-  std::map<std::tuple<cuda::ncclComm_t, int64_t, int64_t>, cuda::cusolverMpGrid_t> grids;
-};
-std::mutex state_mu;
-State& TheState() {
-  static auto* state = new State();
-  return *state;
-}
+using cusolvermp::Connect;
+using cusolvermp::Connection;
+using cusolvermp::Libraries;
+using cusolvermp::ReadPosition;
 
 // --- one call ------------------------------------------------------------------------------------
 
@@ -178,11 +45,8 @@ class Call {
     *info = 0;
     JAXMG_CUDART(rt_, cudaSetDevice(ordinal_));
     int32_t position = -1;
-    if (o_.position == nullptr || o_.position_count != 1)
-      return Outcome::Fail("position must be an int32 scalar (the flat grid position)");
-    JAXMG_CUDART(rt_, cudaMemcpyAsync(&position, o_.position, sizeof(position),
-                                      cuda::cudaMemcpyDeviceToHost, stream_));
-    JAXMG_CUDART(rt_, cudaStreamSynchronize(stream_));
+    if (Outcome r = ReadPosition(rt_, o_.position, o_.position_count, stream_, &position); !r.ok)
+      return r;
     if (std::string error = CheckMpOperands(o_, g_, position, dtype); !error.empty())
       return Outcome::Fail(error);
     if (g_.blocks)
@@ -220,52 +84,13 @@ class Call {
  private:
   // The communicator, handle, grid and A's descriptor of this call.
   Outcome Setup(const std::string& nccl_id, int32_t position) {
-    State& s = TheState();
-    cuda::ncclComm_t& comm = s.comms[nccl_id];
-    if (comm == nullptr) {
-      cuda::ncclUniqueId id;
-      std::memcpy(id.internal, nccl_id.data(), sizeof(id.internal));
-      const int count = static_cast<int>(g_.rows * g_.cols);
-      const cuda::ncclResult_t made = libs_->mp.ncclCommInitRank(&comm, count, id, position);
-      if (made != cuda::ncclSuccess) {
-        comm = nullptr;
-        s.comms.erase(nccl_id);
-        return Outcome::Fail(std::string("ncclCommInitRank failed: ") +
-                             libs_->mp.ncclGetErrorString(made));
-      }
-    }
-    comm_ = comm;
-    cuda::cusolverMpHandle_t& handle = s.handles[ordinal_];
-    if (handle == nullptr) {
-      const int made = libs_->mp.cusolverMpCreate(&handle, ordinal_, stream_);
-      if (made != 0) {
-        handle = nullptr;
-        s.handles.erase(ordinal_);
-        return Outcome::Fail(std::string("cusolverMpCreate failed: ") + CusolverStatusName(made));
-      }
-      int version = 0;
-      JAXMG_CUSOLVERMP(libs_, cusolverMpGetVersion(handle, &version));
-      loaded_version = version;
-    }
-    handle_ = handle;
-    if (loaded_version < cuda::kCusolverMpOldest)
-      return Outcome::Fail("the loaded cuSOLVERMp is " + VersionName(loaded_version) +
-                           "; jaxmg binds " + VersionName(cuda::kCusolverMpOldest) +
-                           " to 0.9.1");
-    JAXMG_CUSOLVERMP(libs_, cusolverMpSetStream(handle_, stream_));
-    cuda::cusolverMpGrid_t& grid = s.grids[{comm_, g_.rows, g_.cols}];
-    if (grid == nullptr) {
-      // Row-major: rank r * cols + c at grid position (r, c), jaxmg's flat position.
-      const int made = libs_->mp.cusolverMpCreateDeviceGrid(
-          handle_, &grid, comm_, static_cast<int32_t>(g_.rows), static_cast<int32_t>(g_.cols),
-          cuda::CUSOLVERMP_GRID_MAPPING_ROW_MAJOR);
-      if (made != 0) {
-        s.grids.erase({comm_, g_.rows, g_.cols});
-        return Outcome::Fail(std::string("cusolverMpCreateDeviceGrid failed: ") +
-                             CusolverStatusName(made));
-      }
-    }
-    grid_ = grid;
+    Connection c;
+    if (Outcome r = Connect(libs_, nccl_id, g_.rows, g_.cols, position, ordinal_, stream_, &c);
+        !r.ok)
+      return r;
+    comm_ = c.comm;
+    handle_ = c.handle;
+    grid_ = c.grid;
     local_rows_ = libs_->mp.cusolverMpNUMROC(n_, tile_, static_cast<uint32_t>(row_), 0,
                                              static_cast<uint32_t>(g_.rows));
     local_cols_ = libs_->mp.cusolverMpNUMROC(n_, tile_, static_cast<uint32_t>(col_), 0,
@@ -353,11 +178,7 @@ class Call {
   // x on every process: the solved columns process column 0 wrote into zeros, summed.
   Outcome GatherRhs() {
     const size_t bytes = static_cast<size_t>(nrhs_ * n_) * esize_;
-    const size_t real = RealElementSize(dtype_);
-    const auto type = real == 4 ? cuda::ncclFloat32 : cuda::ncclFloat64;
-    JAXMG_NCCL(libs_, ncclAllReduce(o_.x_out, o_.x_out, bytes / real, type, cuda::ncclSum, comm_,
-                                    stream_));
-    return {};
+    return cusolvermp::SumOverGrid(libs_, o_.x_out, bytes, dtype_, comm_, stream_);
   }
 
   // The device and host workspaces of one routine: `size` asks the library for them.
@@ -536,36 +357,16 @@ class Call {
 
 }  // namespace
 
-int CusolverMpVersion() { return loaded_version; }
-
-bool CusolverMpHasGesvd(std::string* error) {
-  const Libraries* libs = Load(error);
-  return libs != nullptr && libs->gesvd;
-}
-
-bool NcclUniqueId(std::string* id, std::string* error) {
-  const Libraries* libs = Load(error);
-  if (libs == nullptr) return false;
-  cuda::ncclUniqueId unique;
-  const cuda::ncclResult_t made = libs->mp.ncclGetUniqueId(&unique);
-  if (made != cuda::ncclSuccess) {
-    *error = std::string("ncclGetUniqueId failed: ") + libs->mp.ncclGetErrorString(made);
-    return false;
-  }
-  id->assign(unique.internal, sizeof(unique.internal));
-  return true;
-}
-
 ffi::Error RunOnCusolverMp(const Operands& o, const MpGrid& g, ffi::Span<const int64_t> nccl_id,
                            cudaStream_t stream, int32_t ordinal, ScratchFn scratch) {
   std::string error;
-  const Libraries* libs = Load(&error);
+  const Libraries* libs = cusolvermp::Load(&error);
   if (libs == nullptr) return Fail(std::string(o.target) + ": " + error);
   if (nccl_id.size() * sizeof(int64_t) != cuda::kNcclUniqueIdBytes)
     return Fail(std::string(o.target) + ": nccl_id must be the 128 bytes of an NCCL unique id " +
                 "as 16 int64, got " + std::to_string(nccl_id.size()));
   const std::string id(reinterpret_cast<const char*>(nccl_id.begin()), cuda::kNcclUniqueIdBytes);
-  std::lock_guard<std::mutex> lock(state_mu);
+  std::lock_guard<std::mutex> lock(cusolvermp::StateMutex());
   Dtype dtype = Dtype::kF64;
   int info = 0;
   Call call(libs, o, g, stream, ordinal, std::move(scratch));

@@ -43,6 +43,12 @@ ffi::Error RunOnCusolverMp(const Operands& operands, const MpGrid& grid,
                            ffi::Span<const int64_t> nccl_id, cudaStream_t stream, int32_t ordinal,
                            ScratchFn scratch);
 
+// The rectangular routines (mp.h, RectOperands): kQr by Geqrf then Orgqr, kGels by Gels (M >=
+// N, one right-hand side per call); `a` is this process's local array in `tile`-square tiles
+// (cusolvermp_rect.cc). kGesvd is refused: cusolverMpGesvd came in 0.9.0 and is not bound.
+ffi::Error RunRectOnCusolverMp(const RectOperands& operands, ffi::Span<const int64_t> nccl_id,
+                               cudaStream_t stream, int32_t ordinal, ScratchFn scratch);
+
 // The version cusolverMpGetVersion gave (0.9.1 is 901) once a call has made this process's
 // handle, else 0.
 int CusolverMpVersion();

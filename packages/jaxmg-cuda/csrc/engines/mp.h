@@ -32,6 +32,34 @@ struct MpGrid {
   bool result_back = true;
 };
 
+// Backend "mp"'s rectangular routines (no routine-table row: neither cuSolverMg nor its twin has
+// them). A is M x N, any M and N, on a `rows x cols` grid; every result comes back whole on
+// every process, row-major (K = min(M, N)):
+//   kGesvd  JOBU = JOBVT = 'V': out0 U [M, K], out1 s [K] real, out2 VT [K, N] (CPUs only);
+//   kQr     geqrf then orgqr / ungqr: out0 Q [M, K], out1 R [K, N] (upper trapezoidal);
+//   kGels   'N': b [M, nrhs] in, out0 x [N, nrhs] (the least-squares solution for M >= N, the
+//           minimum-norm one for M < N on CPUs; A of full rank).
+// What `a` holds differs by engine: on CPUs this process's block of JAX's block sharding,
+// [N/cols, M/rows] row-major (the column-major M/rows x N/cols block), redistributed by the
+// engine (scalapack.h); on GPUs its local array in `tile`-square tiles, [local columns, LLD]
+// (cusolvermp.h). The outputs are NaN when status (the library's info) is not 0.
+enum class RectOp { kGesvd, kQr, kGels };
+struct RectOperands {
+  RectOp op = RectOp::kGesvd;
+  const char* target = "";
+  const ffi::AnyBuffer* a = nullptr;
+  const ffi::AnyBuffer* b = nullptr;  // kGels
+  const int32_t* position = nullptr;
+  size_t position_count = 0;
+  int64_t m = 0, n = 0, rows = 0, cols = 0, tile = 0;
+  int64_t call_id = 0, instance = 0;
+  void* out0 = nullptr;
+  void* out1 = nullptr;
+  void* out2 = nullptr;
+  ffi::AnyBuffer::Dimensions out0_dims;  // checked against M, N, K, nrhs
+  int32_t* status = nullptr;
+};
+
 // The checks both engines make of one process's operands before any collective: "" when they
 // fit the grid, else what is wrong. `position` is the value of the position operand (device
 // memory on GPUs, read by the caller); `dtype` gets A's type.

@@ -27,35 +27,11 @@ namespace jaxmg {
 //   w     [N] real (syevd), on every process.
 ffi::Error RunOnScalapack(const Operands& operands, const MpGrid& grid);
 
-// Backend "mp"'s rectangular routines on CPUs, which only ScaLAPACK runs (no routine-table
-// row: neither cuSolverMg nor its twin has them; cuSOLVERMp's are not built). A is M x N, any
-// M and N, and `a` is this process's block of JAX's block sharding over the `rows x cols`
-// grid, [N/cols, M/rows] row-major (the column-major M/rows x N/cols block); the engine
-// redistributes it with p?gemr2d into `tile`-square tiles of its own. Every result comes back
-// whole on every process, row-major (K = min(M, N)):
-//   kGesvd  p?gesvd, JOBU = JOBVT = 'V': out0 U [M, K], out1 s [K] real, out2 VT [K, N];
-//   kQr     p?geqrf then p?orgqr / p?ungqr: out0 Q [M, K], out1 R [K, N] (upper trapezoidal);
-//   kGels   p?gels 'N': b [M, nrhs] in, out0 x [N, nrhs] (the least-squares solution for
-//           M >= N, the minimum-norm one for M < N; A of full rank).
-// status: ScaLAPACK's info (> 0: gesvd did not converge), or for gels LAPACK's ?gels's (k > 0:
-// the k-th diagonal entry of the triangular factor is exactly zero, which p?gels itself does
-// not report), the outputs NaN then.
-enum class RectOp { kGesvd, kQr, kGels };
-struct RectOperands {
-  RectOp op = RectOp::kGesvd;
-  const char* target = "";
-  const ffi::AnyBuffer* a = nullptr;
-  const ffi::AnyBuffer* b = nullptr;  // kGels
-  const int32_t* position = nullptr;
-  size_t position_count = 0;
-  int64_t m = 0, n = 0, rows = 0, cols = 0, tile = 0;
-  int64_t call_id = 0, instance = 0;
-  void* out0 = nullptr;
-  void* out1 = nullptr;
-  void* out2 = nullptr;
-  ffi::AnyBuffer::Dimensions out0_dims;  // checked against M, N, K, nrhs
-  int32_t* status = nullptr;
-};
+// Backend "mp"'s rectangular routines on CPUs (mp.h, RectOperands): `a` is this process's
+// block of JAX's block sharding, which the engine redistributes with p?gemr2d into its tiles;
+// kGesvd, kQr and kGels. status: ScaLAPACK's info, or for gels LAPACK's ?gels's (k > 0: the
+// k-th diagonal entry of the triangular factor is exactly zero, which p?gels itself does not
+// report).
 ffi::Error RunRectOnScalapack(const RectOperands& operands);
 
 // "" when the ScaLAPACK and BLACS symbols are loaded in this process, else what is missing.

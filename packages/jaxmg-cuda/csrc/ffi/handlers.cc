@@ -353,8 +353,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgInstantiateMpCpu, jaxmg::InstantiateMpCpu,
 JAXMG_ROUTINES(JAXMG_DEFINE)
 #undef JAXMG_DEFINE
 
-// Backend "mp"'s rectangular routines, on CPUs only (engines/scalapack.h, RectOp): the block
-// of A [N/cols, M/rows] and the position in; the results whole on every process.
+// Backend "mp"'s rectangular routines (engines/mp.h, RectOperands): on CPUs the block of A
+// [N/cols, M/rows], on GPUs (qr and gels) its local array in tiles, and the position in; the
+// results whole on every process.
 namespace jaxmg {
 namespace {
 
@@ -431,6 +432,42 @@ ffi::Error MpGels(CpuInstance* instance, ffi::AnyBuffer a, ffi::AnyBuffer b, Pos
   return RunRectOnScalapack(o);
 }
 
+#ifdef JAXMG_WITH_CUDA
+// On GPUs: cuSOLVERMp over the NCCL communicator of `nccl_id`, no instance (as Entry::MpCuda).
+ffi::Error MpQrCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator scratch,
+                    ffi::AnyBuffer a, Position position, ffi::Result<ffi::AnyBuffer> q,
+                    ffi::Result<ffi::AnyBuffer> r, Status status, int64_t tile, int64_t m,
+                    int64_t n, Span grid, int64_t call_id, Span nccl_id) {
+  CpuInstance none;
+  RectOperands o = Rect(RectOp::kQr, "jaxmg_mp_qr", &none, a, position, tile, m, n, grid, call_id);
+  o.out0 = q->untyped_data();
+  o.out0_dims = q->dimensions();
+  o.out1 = r->untyped_data();
+  o.status = status->typed_data();
+  if (q->element_count() != static_cast<size_t>(m * std::min(m, n)) ||
+      r->element_count() != static_cast<size_t>(std::min(m, n) * n))
+    return Fail("jaxmg_mp_qr: Q must be [M, K] and R [K, N]");
+  return RunRectOnCusolverMp(o, nccl_id, stream, ordinal, XlaScratch(scratch));
+}
+
+ffi::Error MpGelsCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator scratch,
+                      ffi::AnyBuffer a, ffi::AnyBuffer b, Position position,
+                      ffi::Result<ffi::AnyBuffer> x, Status status, int64_t tile, int64_t m,
+                      int64_t n, Span grid, int64_t call_id, Span nccl_id) {
+  CpuInstance none;
+  RectOperands o =
+      Rect(RectOp::kGels, "jaxmg_mp_gels", &none, a, position, tile, m, n, grid, call_id);
+  o.b = &b;
+  o.out0 = x->untyped_data();
+  o.out0_dims = x->dimensions();
+  o.status = status->typed_data();
+  const auto bd = b.dimensions();
+  if (bd.size() != 2 || x->element_count() != static_cast<size_t>(n * bd[1]))
+    return Fail("jaxmg_mp_gels: b must be [M, nrhs] and x [N, nrhs]");
+  return RunRectOnCusolverMp(o, nccl_id, stream, ordinal, XlaScratch(scratch));
+}
+#endif
+
 }  // namespace
 }  // namespace jaxmg
 
@@ -449,6 +486,24 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgMpQrCpu, jaxmg::MpQr,
                                                        .Ret<xla::ffi::AnyBuffer>()  // Q [M, K]
                                                        .Ret<xla::ffi::AnyBuffer>()  // R [K, N]
                                                        .Ret<xla::ffi::Buffer<xla::ffi::S32>>()));
+#ifdef JAXMG_WITH_CUDA
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgMpQrCuda, jaxmg::MpQrCuda,
+                              jaxmg::WithRectAttrs(jaxmg::MpCudaContext()
+                                                       .Arg<xla::ffi::AnyBuffer>()  // a tiles
+                                                       .Arg<jaxmg::Position>()      // position
+                                                       .Ret<xla::ffi::AnyBuffer>()  // Q [M, K]
+                                                       .Ret<xla::ffi::AnyBuffer>()  // R [K, N]
+                                                       .Ret<xla::ffi::Buffer<xla::ffi::S32>>())
+                                  .Attr<jaxmg::Span>("nccl_id"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgMpGelsCuda, jaxmg::MpGelsCuda,
+                              jaxmg::WithRectAttrs(jaxmg::MpCudaContext()
+                                                       .Arg<xla::ffi::AnyBuffer>()  // a tiles
+                                                       .Arg<xla::ffi::AnyBuffer>()  // b [M, nrhs]
+                                                       .Arg<jaxmg::Position>()      // position
+                                                       .Ret<xla::ffi::AnyBuffer>()  // x [N, nrhs]
+                                                       .Ret<xla::ffi::Buffer<xla::ffi::S32>>())
+                                  .Attr<jaxmg::Span>("nccl_id"));
+#endif
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgMpGelsCpu, jaxmg::MpGels,
                               jaxmg::WithRectAttrs(jaxmg::MpContext()
                                                        .Arg<xla::ffi::AnyBuffer>()  // a block
@@ -507,11 +562,17 @@ std::vector<Target> MpTargets(bool cuda) {
     if (execute != nullptr)
       out.push_back({"jaxmg_mp_" + RoutineOf(h.op).name, instantiate, execute});
   }
-  if (!cuda) {  // the rectangular routines: ScaLAPACK only
+  if (!cuda) {  // the rectangular routines: gesvd on ScaLAPACK only
     out.push_back({"jaxmg_mp_gesvd", instantiate, reinterpret_cast<void*>(JaxmgMpGesvdCpu)});
     out.push_back({"jaxmg_mp_qr", instantiate, reinterpret_cast<void*>(JaxmgMpQrCpu)});
     out.push_back({"jaxmg_mp_gels", instantiate, reinterpret_cast<void*>(JaxmgMpGelsCpu)});
   }
+#ifdef JAXMG_WITH_CUDA
+  if (cuda) {
+    out.push_back({"jaxmg_mp_qr", nullptr, reinterpret_cast<void*>(JaxmgMpQrCuda)});
+    out.push_back({"jaxmg_mp_gels", nullptr, reinterpret_cast<void*>(JaxmgMpGelsCuda)});
+  }
+#endif
   return out;
 }
 

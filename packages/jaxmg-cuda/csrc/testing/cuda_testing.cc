@@ -288,4 +288,90 @@ bool RunCudaOnHost(const HostCall& c, HostResult* out, std::string* error) {
   return true;
 }
 
+bool RunRectCudaOnHost(const HostRectCall& c, HostRectResult* out, std::string* error) {
+  static const std::map<std::string, std::pair<ffi::DataType, Dtype>> kTypes = {
+      {"float32", {ffi::DataType::F32, Dtype::kF32}},
+      {"float64", {ffi::DataType::F64, Dtype::kF64}},
+      {"complex64", {ffi::DataType::C64, Dtype::kC64}},
+      {"complex128", {ffi::DataType::C128, Dtype::kC128}}};
+  const auto type = kTypes.find(c.dtype);
+  const bool gels = c.op == "gels";
+  std::ostringstream bad;
+  if (c.op != "qr" && !gels)
+    bad << "op must be qr or gels";
+  else if (type == kTypes.end())
+    bad << "dtype must be float32, float64, complex64 or complex128";
+  else if (c.grid.size() != 2 || c.nccl_id.size() != 16 || c.m < 1 || c.n < 1)
+    bad << "grid (rows, cols), M, N >= 1 and the NCCL id as 16 int64";
+  const size_t esize = type != kTypes.end() ? ElementSize(type->second.second) : 0;
+  if (bad.str().empty() && c.a.size() != static_cast<size_t>(c.local_cols * c.lld) * esize)
+    bad << "a must hold local_cols x lld elements";
+  if (bad.str().empty() && gels && c.b.size() != static_cast<size_t>(c.m * c.nrhs) * esize)
+    bad << "b must hold M x nrhs elements";
+  if (!bad.str().empty()) {
+    *error = "RunRectCudaOnHost: " + bad.str();
+    return false;
+  }
+  const Api* api = cuda::Load(error);
+  if (api == nullptr) return false;
+  const int64_t k = std::min(c.m, c.n);
+  const size_t out0_bytes = static_cast<size_t>(gels ? c.n * c.nrhs : c.m * k) * esize;
+  const size_t out1_bytes = gels ? 0 : static_cast<size_t>(k * c.n) * esize;
+  StagedPosition staged(api, static_cast<int>(c.device_id));
+  const size_t a_at = staged.Reserve(c.a.size()), b_at = staged.Reserve(c.b.size());
+  const size_t out0_at = staged.Reserve(out0_bytes), out1_at = staged.Reserve(out1_bytes);
+  const size_t pos_at = staged.Reserve(sizeof(int32_t)), status_at = staged.Reserve(4);
+  const int32_t position32 = c.position;
+  Outcome staging = [&]() -> Outcome {
+    if (Outcome o = staged.Allocate(); !o.ok) return o;
+    auto up = [&](size_t offset, const void* host, size_t bytes) -> Outcome {
+      if (bytes > 0)
+        JAXMG_CUDART(api, cudaMemcpy(staged.at(offset), host, bytes, cuda::cudaMemcpyHostToDevice));
+      return {};
+    };
+    if (Outcome o = up(a_at, c.a.data(), c.a.size()); !o.ok) return o;
+    if (Outcome o = up(b_at, c.b.data(), c.b.size()); !o.ok) return o;
+    return up(pos_at, &position32, sizeof(position32));
+  }();
+  if (!staging.ok) {
+    *error = "RunRectCudaOnHost: staging: " + staging.message;
+    return false;
+  }
+  int64_t a_dims[2] = {c.local_cols, c.lld}, b_dims[2] = {c.m, c.nrhs};
+  const auto xla_type = static_cast<XLA_FFI_DataType>(type->second.first);
+  XLA_FFI_Buffer a_buffer{XLA_FFI_Buffer_STRUCT_SIZE, nullptr, xla_type, staged.at(a_at), 2,
+                          a_dims};
+  XLA_FFI_Buffer b_buffer{XLA_FFI_Buffer_STRUCT_SIZE, nullptr, xla_type, staged.at(b_at), 2,
+                          b_dims};
+  ffi::AnyBuffer a(&a_buffer), b(&b_buffer);
+  RectOperands o;
+  o.op = gels ? RectOp::kGels : RectOp::kQr;
+  o.target = gels ? "jaxmg_mp_gels" : "jaxmg_mp_qr";
+  o.a = &a;
+  if (gels) o.b = &b;
+  o.position = reinterpret_cast<const int32_t*>(staged.at(pos_at));
+  o.position_count = 1;
+  o.m = c.m;
+  o.n = c.n;
+  o.rows = c.grid[0];
+  o.cols = c.grid[1];
+  o.tile = c.tile;
+  o.out0 = staged.at(out0_at);
+  o.out1 = staged.at(out1_at);
+  o.status = reinterpret_cast<int32_t*>(staged.at(status_at));
+  ffi::Error e = RunRectOnCusolverMp(o, ffi::Span<const int64_t>(c.nccl_id), staged.stream(),
+                                     static_cast<int32_t>(c.device_id), staged.Scratch());
+  if (e.failure()) out->error = e.message();
+  Outcome back = [&]() -> Outcome {
+    JAXMG_CUDART(api, cudaStreamSynchronize(staged.stream()));
+    if (Outcome r = Download(api, staged.at(out0_at), out0_bytes, &out->out0); !r.ok) return r;
+    if (Outcome r = Download(api, staged.at(out1_at), out1_bytes, &out->out1); !r.ok) return r;
+    JAXMG_CUDART(api, cudaMemcpy(&out->status, staged.at(status_at), sizeof(int32_t),
+                                 cuda::cudaMemcpyDeviceToHost));
+    return {};
+  }();
+  if (!back.ok && out->error.empty()) out->error = back.message;
+  return true;
+}
+
 }  // namespace jaxmg

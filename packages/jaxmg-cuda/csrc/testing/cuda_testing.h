@@ -51,6 +51,29 @@ struct HostResult {
 // Fails (returns false, `error` set) only when the call cannot be staged at all.
 bool RunCudaOnHost(const HostCall& call, HostResult* result, std::string* error);
 
+// One call of backend "mp"'s rectangular routines on GPUs (engines/cusolvermp.h,
+// RunRectOnCusolverMp) outside XLA, on host arrays, for this process's one grid position: `a`
+// its local array [local_cols, lld] in tile-square tiles (column-major storage), `b` (gels)
+// [M, nrhs] row-major; out0 (Q [M, K] or x [N, nrhs]) and out1 (R [K, N]) come back row-major,
+// whole.
+struct HostRectCall {
+  std::string op;     // "qr" or "gels"
+  std::string dtype;  // "float32", "float64", "complex64" or "complex128"
+  int64_t m = 0, n = 0, tile = 0, nrhs = 0;
+  std::vector<int64_t> grid;  // (rows, cols)
+  int position = 0;
+  int64_t device_id = 0;
+  int64_t local_cols = 0, lld = 0;  // a's shape
+  std::string a, b;
+  std::vector<int64_t> nccl_id;
+};
+struct HostRectResult {
+  std::string out0, out1;
+  int32_t status = -1;
+  std::string error;  // "" where the handler succeeded
+};
+bool RunRectCudaOnHost(const HostRectCall& call, HostRectResult* result, std::string* error);
+
 }  // namespace jaxmg
 
 #endif  // JAXMG_CUDA_TESTING_H_

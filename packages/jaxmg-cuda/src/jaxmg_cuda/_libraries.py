@@ -2,7 +2,9 @@
 
 cuSolverMg and the CUDA runtime are opened with ``dlopen`` at the first GPU call, by soname
 (``libcusolverMg.so.12`` + ``libcudart.so.13`` for CUDA 13, ``libcusolverMg.so.11`` +
-``libcudart.so.12`` for CUDA 12). Nothing here imports or loads CUDA.
+``libcudart.so.12`` for CUDA 12), and backend ``"mp"``'s cuSOLVERMp (``libcusolverMp.so.0``,
+in ``nvidia/cu13/lib`` or ``nvidia/cu12/lib``) and NCCL (``libnccl.so.2``, in
+``nvidia/nccl/lib``) likewise. Nothing here imports or loads CUDA.
 """
 
 from __future__ import annotations
@@ -12,7 +14,14 @@ import os
 import pathlib
 
 # Packages of NVIDIA's wheels whose lib/ folder may hold the libraries.
-_WHEEL_PACKAGES = ("nvidia.cu13", "nvidia.cusolver", "nvidia.cuda_runtime", "nvidia.cublas")
+_WHEEL_PACKAGES = (
+    "nvidia.cu13",
+    "nvidia.cu12",
+    "nvidia.cusolver",
+    "nvidia.cuda_runtime",
+    "nvidia.cublas",
+    "nvidia.nccl",
+)
 
 
 def candidate_dirs() -> list[str]:

@@ -351,23 +351,28 @@ def getrs(
     )  # fmt: skip
 
 
-# The rectangular routines, ScaLAPACK only (CPUs; cuSOLVERMp's are not built). ``a`` is this
-# process's block of ``A`` ([M, N]) under JAX's block sharding over the ``(rows, cols)`` grid,
-# transposed: ``[N/cols, M/rows]`` (the column-major block); the engine redistributes it to
-# ``T_A``-square tiles with p?gemr2d. The results come back whole on every process. Status:
-# ScaLAPACK's info (``> 0``: no convergence, or for ``gels`` an exactly singular triangular
-# factor), the outputs NaN then.
+# The rectangular routines. On CPUs (ScaLAPACK) ``a`` is this process's block of ``A`` ([M, N])
+# under JAX's block sharding over the ``(rows, cols)`` grid, transposed: ``[N/cols, M/rows]``
+# (the column-major block); the engine redistributes it to ``T_A``-square tiles with p?gemr2d.
+# On GPUs (cuSOLVERMp, ``nccl_id`` given; ``qr`` and ``gels`` only) ``a`` is already this
+# process's local array in ``T_A``-square tiles (jaxmg_layout.BlockCyclic2D), transposed: ``[Lc,
+# LLD]``, as the square routines take it: cuSOLVERMp has no p?gemr2d. The results come back
+# whole on every process. Status: the library's info (``> 0``: no convergence, or for ``gels``
+# an exactly singular triangular factor), the outputs NaN then.
 
 
-def _rect_attrs(T_A, m, n, grid):
+def _rect_attrs(T_A, m, n, grid, nccl_id=None):
     rows, cols = (int(v) for v in grid)
-    return dict(
+    attrs = dict(
         T_A=np.int64(T_A),
         m=np.int64(m),
         n=np.int64(n),
         grid=np.asarray((rows, cols), np.int64),
         call_id=np.int64(next(_call_ids)),
     )
+    if nccl_id is not None:  # the GPU engine's communicator
+        attrs["nccl_id"] = np.asarray(nccl_id, np.int64).reshape(16)
+    return attrs
 
 
 def gesvd(a, position, *, m, n, grid, T_A):
@@ -387,24 +392,25 @@ def gesvd(a, position, *, m, n, grid, T_A):
     return call(a, _position(position), **_rect_attrs(T_A, m, n, grid))
 
 
-def qr(a, position, *, m, n, grid, T_A):
-    """p?geqrf, then p?orgqr (p?ungqr): ``(Q [M, K], R [K, N], status)``, LAPACK's signs."""
+def qr(a, position, *, m, n, grid, T_A, nccl_id=None):
+    """p?geqrf, then p?orgqr (p?ungqr), or on GPUs cusolverMpGeqrf and cusolverMpOrgqr: ``(Q
+    [M, K], R [K, N], status)``, LAPACK's signs."""
     k = min(m, n)
     call = jax.ffi.ffi_call(
         "jaxmg_mp_qr",
         (jax.ShapeDtypeStruct((m, k), a.dtype), jax.ShapeDtypeStruct((k, n), a.dtype), _status()),
         vmap_method="sequential",
     )
-    return call(a, _position(position), **_rect_attrs(T_A, m, n, grid))
+    return call(a, _position(position), **_rect_attrs(T_A, m, n, grid, nccl_id))
 
 
-def gels(a, b, position, *, m, n, grid, T_A):
+def gels(a, b, position, *, m, n, grid, T_A, nccl_id=None):
     """p?gels (``'N'``), ``A`` of full rank: ``(x [N, nrhs], status)`` for ``b [M, nrhs]`` (the
     same on every process): least squares for ``M >= N``, the minimum-norm solution for ``M <
-    N``."""
+    N``. On GPUs cusolverMpGels, ``M >= N`` only, one right-hand side at a time."""
     call = jax.ffi.ffi_call(
         "jaxmg_mp_gels",
         (jax.ShapeDtypeStruct((n, b.shape[1]), a.dtype), _status()),
         vmap_method="sequential",
     )
-    return call(a, b, _position(position), **_rect_attrs(T_A, m, n, grid))
+    return call(a, b, _position(position), **_rect_attrs(T_A, m, n, grid, nccl_id))

@@ -6,7 +6,7 @@ engines do run, with sharded products between the calls, on every backend and pl
 routines they call run on: the SVD (and ``polar``, ``lstsq``) from the Jordan-Wielandt
 eigenproblem (:mod:`jaxmg._svd`), QR by shifted CholeskyQR (:mod:`jaxmg._qr`), the glue between
 solver calls in :mod:`jaxmg._glue`. Backend ``"mp"`` on CPUs runs ScaLAPACK's own routines
-instead (:mod:`jaxmg._scalapack`; ``lstsq`` stays on the SVD because its contract, ``s``, the
+instead (:mod:`jaxmg._engine_rect`; ``lstsq`` stays on the SVD because its contract, ``s``, the
 numerical rank and ``rcond``, is more than ``p?gels`` gives). On a solver axis of one device
 with the default backend they are JAX's own (``jnp.linalg.svd``, ``qr``, ``lstsq``,
 ``jax.scipy.linalg.polar``), with JAX's derivatives.
@@ -23,7 +23,7 @@ from jax.sharding import PartitionSpec as P
 
 from . import _api, _geometry, _v1_status, _validate
 from ._glue import (
-    _native_mp,
+    _engine_qr,
     _where,
 )
 from ._local import _placed
@@ -107,9 +107,9 @@ def _qr_of(A, T_A, mesh, in_specs, mode, backend, caller):
     """:func:`qr`'s checks and call: ``(Q or None, R, status, geometry)``."""
     if mode not in ("reduced", "r"):
         raise ValueError(f"{caller}: mode must be 'reduced' or 'r', got {mode!r}.")
-    geometry, _ = _where(A, mesh, in_specs, backend, caller)
+    geometry, _ = _where(A, mesh, in_specs, backend, caller, _engine_qr)
     k = min(A.shape)
-    if geometry.backend != "jax" and not _native_mp(geometry) and k % geometry.ndev:
+    if geometry.backend != "jax" and not _engine_qr(geometry) and k % geometry.ndev:
         raise ValueError(
             f"{caller}: min(M, N) = {k} must be divisible by the {geometry.ndev} devices of axis "
             f"{geometry.axis!r} (the Gram matrix of the first {k} columns is factored by "

@@ -27,17 +27,20 @@ def _h(a):
     return jnp.conj(a).T
 
 
-def _where(A, mesh, in_specs, backend, caller):
-    """Checks before any device work: ``A``'s type and shape, the sharding it is solved on."""
+def _where(A, mesh, in_specs, backend, caller, engine_routine=None):
+    """Checks before any device work: ``A``'s type and shape, the sharding it is solved on.
+    ``engine_routine(geometry)`` (default :func:`_native_mp`): whether the caller's routine
+    runs on the engine's own routine there, which alone takes a process grid ``P(r, c)``."""
     (spec,) = _validate.in_specs(in_specs, caller, ("A",))
     geometry, dtype = locate(A, mesh, spec, backend, caller)
     m, n = A.shape
     if geometry.form == "grid":
-        if not _native_mp(geometry):
+        if not (engine_routine or _native_mp)(geometry):
             raise ValueError(
-                f"{caller}: A sharded over a process grid P(r, c) runs on ScaLAPACK's own routines "
-                "only (backend 'mp' on CPUs); the compositions of backend 'mp' on GPUs take A "
-                "sharded by rows P(ax, None) or by columns P(None, ax) of one mesh axis."
+                f"{caller}: A sharded over a process grid P(r, c) runs on the engine's own "
+                "routines only (backend 'mp': ScaLAPACK's on CPUs; on GPUs cuSOLVERMp's qr and "
+                "gels); the compositions of backend 'mp' on GPUs take A sharded by rows "
+                "P(ax, None) or by columns P(None, ax) of one mesh axis."
             )
         rows, cols = geometry.grid
         if m % rows or n % cols:
@@ -125,9 +128,16 @@ def _qr_tangents(q, r, da_rinv):
 
 def _native_mp(geometry):
     """Whether ScaLAPACK's own p?gesvd, p?geqrf + p?orgqr and p?gels run: backend ``"mp"`` on
-    CPUs, the engine that also relays blocks itself. On GPUs (cuSOLVERMp) the compositions run:
-    its Gesvd, Geqrf and Gels are not built."""
+    CPUs, the engine that also relays blocks itself. On GPUs the compositions run ``svd``,
+    ``polar`` and ``lstsq`` (cusolverMpGesvd came in cuSOLVERMp 0.9.0 and is not bound)."""
     return engine_relays_blocks(geometry)
+
+
+def _engine_qr(geometry):
+    """Whether the engine's own QR (and least squares of full rank) runs: backend ``"mp"``,
+    ScaLAPACK's p?geqrf + p?orgqr and p?gels on CPUs, cuSOLVERMp's Geqrf + Orgqr and Gels on
+    GPUs (in cuSOLVERMp 0.8.0 and later)."""
+    return geometry.backend == "mp"
 
 
 def _svd_specs(geometry, u_shape, vh_shape):

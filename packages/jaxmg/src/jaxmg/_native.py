@@ -48,7 +48,7 @@ _MP_CPU = types.SimpleNamespace(
 def _refuse(caller: str, what: str):
     def refuse(*args, **kwargs):
         raise NotImplementedError(
-            f"{caller}: backend='mp' on GPUs has no {what}: cuSOLVERMp 0.9 has no inverse and "
+            f"{caller}: backend='mp' on GPUs has no {what}: cuSOLVERMp has no inverse and "
             "solves only A x = b, one right-hand side at a time. On one node backend='mg' has "
             "it; across nodes, jaxmg.gather_to_hosts(A, jaxmg.host_mesh()) gathers A onto each "
             "node to solve there."

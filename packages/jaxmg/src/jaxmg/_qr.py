@@ -20,23 +20,23 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from . import _factors, _products
+from ._engine_rect import (
+    _qr_native,
+)
 from ._glue import (
     _REPLICATED,
     _engine,
+    _engine_qr,
     _finite_status,
     _glue,
     _h,
     _like_a,
     _mm,
-    _native_mp,
     _positive_diagonal,
     _qr_tangents,
     _whole,
 )
 from ._local import _placed
-from ._scalapack import (
-    _qr_native,
-)
 
 
 def _upper_factor(f, form):
@@ -157,7 +157,7 @@ def _qr_call(geometry, mode, T_A, a):
         q = _placed(q, geometry.mesh, _like_a(geometry, q.shape))
         r = _placed(r, geometry.mesh, _like_a(geometry, r.shape))
         return (None if mode == "r" else q), r, _finite_status(r)
-    if _native_mp(geometry):
+    if _engine_qr(geometry):
         q, r, status = _qr_native(geometry, T_A, a)
     elif m >= n:
         q, r, status = _qr(geometry, a)

@@ -23,6 +23,9 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from . import _api, _products
+from ._engine_rect import (
+    _svd_native,
+)
 from ._glue import (
     _REPLICATED,
     _engine,
@@ -37,9 +40,6 @@ from ._glue import (
     _whole,
 )
 from ._local import _placed
-from ._scalapack import (
-    _svd_native,
-)
 
 
 def _jordan_wielandt(a, pad):

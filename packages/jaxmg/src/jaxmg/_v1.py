@@ -28,9 +28,9 @@ from jax.sharding import PartitionSpec as P
 
 from . import _api, _factors, _v1_status, _validate
 from ._decompositions import _give_up, _polar_of, _qr_of, _svd_of, _v1_options
-from ._glue import _native_mp, _where
+from ._engine_rect import _gels_call, _mp_tile
+from ._glue import _engine_qr, _where
 from ._local import _placed
-from ._scalapack import _gels_call, _mp_tile
 from ._svd import _lstsq_call
 from ._validate import AnyMesh, Backend, Result, Specs
 
@@ -125,7 +125,7 @@ def least_squares(
 
 def _least_squares(A, b, T_A, mesh, in_specs, backend, caller):
     """``(x, 1.x status)`` of :func:`least_squares`."""
-    geometry, dtype = _where(A, mesh, in_specs, backend, caller)
+    geometry, dtype = _where(A, mesh, in_specs, backend, caller, _engine_qr)
     m, n = A.shape
     if m < n:
         raise ValueError(
@@ -135,7 +135,7 @@ def _least_squares(A, b, T_A, mesh, in_specs, backend, caller):
     b_shape = _validate.rhs_shape(b, m, dtype, caller)
     a = _placed(A, geometry.mesh, geometry.spec)
     b2 = _placed(jnp.reshape(b, (m, -1)), geometry.mesh, P(None, None))
-    if _native_mp(geometry):
+    if _engine_qr(geometry):
         x, info = _gels_call(geometry, _mp_tile(geometry, T_A, (m, n)), a, b2)
     else:
         rcond = jnp.asarray(float(np.finfo(dtype).eps) * m, np.finfo(dtype).dtype)

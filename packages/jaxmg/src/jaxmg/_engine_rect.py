@@ -1,11 +1,13 @@
-"""Backend ``"mp"`` on CPUs: ScaLAPACK's own rectangular routines (``jaxmg_cuda.mp``).
+"""Backend ``"mp"``'s own rectangular routines (``jaxmg_cuda.mp``).
 
-``p?gesvd`` for ``svd`` (``full_matrices=False``), ``polar`` and ``lstsq``; ``p?geqrf`` +
-``p?orgqr`` (``p?ungqr``) for ``qr``, with JAX's rule on the first ``K`` columns for its
-derivatives; ``p?gels`` as :func:`gels`. Each process's block of ``A`` goes to the engine as it
-is (the 1D forms and a process grid ``P(r, c)``); the results come back whole on every process,
-then are sharded like ``A``. On GPUs (cuSOLVERMp) these are not built: the compositions of
-:mod:`jaxmg._svd` and :mod:`jaxmg._qr` run.
+On CPUs, ScaLAPACK's: ``p?gesvd`` for ``svd`` (``full_matrices=False``), ``polar`` and
+``lstsq``; ``p?geqrf`` + ``p?orgqr`` (``p?ungqr``) for ``qr``, with JAX's rule on the first
+``K`` columns for its derivatives; ``p?gels`` as :func:`gels`. Each process's block of ``A``
+goes to the engine as it is (the 1D forms and a process grid ``P(r, c)``). On GPUs,
+cuSOLVERMp's Geqrf + Orgqr for ``qr`` and Gels for :func:`gels` and ``least_squares`` (``M >=
+N``), on ``A`` relaid out in JAX into the engine's tiles first (cuSOLVERMp has no p?gemr2d);
+``svd``, ``polar`` and ``lstsq`` run the compositions of :mod:`jaxmg._svd` there. The results
+come back whole on every process, then are sharded like ``A``.
 """
 
 from __future__ import annotations
@@ -19,15 +21,16 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 import jaxmg_cuda.mp
+import jaxmg_layout
 
 from . import _validate
 from ._glue import (
     _REPLICATED,
+    _engine_qr,
     _glue,
     _h,
     _like_a,
     _mm,
-    _native_mp,
     _positive_diagonal,
     _qr_tangents,
     _svd_specs,
@@ -45,14 +48,36 @@ def _mp_tile(geometry, T_A, shape):
     return max(1, min(64, shape[0] // rows, shape[1] // cols))
 
 
+def _tiles(geometry, block, tile):
+    """This process's block of ``A`` (JAX's sharding, inside ``shard_map``) -> its local array
+    in ``tile``-square tiles of the 2D block-cyclic layout over :attr:`Geometry.blocks_grid`
+    (:meth:`jaxmg_layout.BlockCyclic2D.padded_local_block`): each sharded axis relaid out on its
+    own; an axis of one process is in that layout already."""
+    rows, cols = geometry.blocks_grid
+    row_axis, col_axis = geometry.spec
+    if cols > 1:
+        block = jaxmg_layout.cyclic_1d_no_shardmap(block, tile, col_axis, axis=1)
+    if rows > 1:
+        block = jaxmg_layout.cyclic_1d_no_shardmap(block, tile, row_axis, axis=0)
+    return block
+
+
 def _mp_call(geometry, wrapper, tile, a, *replicated):
-    """``wrapper`` (a ``jaxmg_cuda.mp`` rectangular target) on each process's block of ``a``
-    (transposed: the column-major block) and the ``replicated`` operands; every result comes
-    back whole and replicated, the status as a scalar last."""
+    """``wrapper`` (a ``jaxmg_cuda.mp`` rectangular target) on each process's part of ``a``
+    (transposed: column-major) and the ``replicated`` operands; every result comes back whole
+    and replicated, the status as a scalar last. On CPUs the part is JAX's block (ScaLAPACK
+    relays it), on GPUs the local array of the engine's tiles (:func:`_tiles`)."""
     m, n = a.shape
     kw = dict(m=m, n=n, grid=geometry.blocks_grid, T_A=tile)
+    gpu = geometry.platform == "gpu"
+    if gpu:  # tiles no wider than a block: the relayout's layout is then the engine's
+        rows, cols = geometry.blocks_grid
+        tile = kw["T_A"] = min(tile, m // rows, n // cols)
+        kw["nccl_id"] = jaxmg_cuda.mp.nccl_id()
 
     def body(block, *rest):
+        if gpu:
+            block = _tiles(geometry, block, tile)
         return wrapper(block.T, *rest, geometry.position(), **kw)
 
     out = jax.shard_map(
@@ -112,9 +137,10 @@ def gels(
     T_A: int | None = None,
     return_status: bool = False,
 ) -> Result:
-    """ScaLAPACK's p?gels on a sharded ``[M, N]`` ``A`` of full rank (backend ``"mp"`` on CPUs
-    only): the least-squares solution of ``A x = b`` for ``M >= N``, the minimum-norm one for
-    ``M < N``, through a QR (``M >= N``) or LQ factorisation.
+    """The engine's least squares on a sharded ``[M, N]`` ``A`` of full rank (backend ``"mp"``:
+    ScaLAPACK's p?gels on CPUs, cuSOLVERMp's Gels on GPUs): the least-squares solution of ``A x
+    = b`` for ``M >= N``, the minimum-norm one for ``M < N`` (CPUs only), through a QR (``M >=
+    N``) or LQ factorisation.
 
     Args:
       A: as for :func:`svd`, also over a process grid ``P(r, c)`` (``M`` divisible by ``r``,
@@ -130,12 +156,13 @@ def gels(
     """
     caller = "jaxmg.gels"
     _validate.keyword_only(caller, positional, "T_A or return_status, e.g. return_status=True")
-    geometry, dtype = _where(A, mesh, in_specs, "mp", caller)
-    if not _native_mp(geometry):
-        raise ValueError(
-            f"{caller}: p?gels runs on CPUs only (ScaLAPACK); use jaxmg.lstsq on GPUs."
-        )
+    geometry, dtype = _where(A, mesh, in_specs, "mp", caller, _engine_qr)
     m, n = A.shape
+    if geometry.platform == "gpu" and m < n:
+        raise ValueError(
+            f"{caller}: A has shape {(m, n)}; cuSOLVERMp's Gels runs here for M >= N (least "
+            "squares). For the minimum-norm solution of a wide A call jaxmg.lstsq."
+        )
     b_shape = _validate.rhs_shape(b, m, dtype, caller)
     T_A = _validate.tile_size(T_A, caller)
     a = _placed(A, geometry.mesh, geometry.spec)

@@ -1,6 +1,6 @@
 """Backend "mp"'s GPU engine (csrc/engines/cusolvermp.cc) under ``mpiexec``, outside XLA, against
 the emulator of the CUDA runtime, NCCL and cuSOLVERMp (tests/native/fake_cuda, numbers from MKL's
-ScaLAPACK): every routine and dtype on 1x2, 2x1, 2x2 and 1x4 process grids against numpy, a
+ScaLAPACK): every routine and dtype on 1x1, 1x2, 2x1, 2x2 and 1x4 process grids against numpy, a
 matrix that is not positive definite, what cuSOLVERMp 0.9 cannot do refused with the reason,
 and no misuse of the libraries (``cusolvermp_worker.py``); the rectangular routines (qr, gels)
 and the version read alike (``cusolvermp_rect_worker.py``). NOT A GPU RUN: it proves the
@@ -30,7 +30,8 @@ CHECKS = 4 * 5 + 4  # per dtype: potrs, its factor, potrf + potrs_factored, LU, 
 
 
 @pytest.mark.parametrize(
-    ("grid", "tile", "n"), [("1x2", 3, 12), ("2x1", 3, 12), ("2x2", 2, 10), ("1x4", 2, 9)]
+    ("grid", "tile", "n"),
+    [("1x1", 3, 7), ("1x2", 3, 12), ("2x1", 3, 12), ("2x2", 2, 10), ("1x4", 2, 9)],
 )
 def test_cusolvermp_engine_on_the_emulator(fake_cuda, tmp_path, grid, tile, n):
     if not MPIEXEC.exists() and shutil.which("mpiexec") is None:
@@ -58,7 +59,7 @@ RECT_WORKER = pathlib.Path(__file__).with_name("cusolvermp_rect_worker.py")
 RECT_CHECKS = 4 * 3 + 3  # per dtype: qr tall and wide, gels; then version, wide gels, violations
 
 
-@pytest.mark.parametrize(("grid", "tile"), [("1x2", 2), ("2x1", 3), ("2x2", 2)])
+@pytest.mark.parametrize(("grid", "tile"), [("1x1", 3), ("1x2", 2), ("2x1", 3), ("2x2", 2)])
 def test_cusolvermp_rectangular_routines_on_the_emulator(fake_cuda, tmp_path, grid, tile):
     """qr (Geqrf + Orgqr) and gels (Gels) of csrc/engines/cusolvermp_rect.cc, per rank."""
     if not MPIEXEC.exists() and shutil.which("mpiexec") is None:

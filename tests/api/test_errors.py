@@ -255,7 +255,7 @@ def test_cyclic_wrong_shape(a, mesh):
 def test_which_processes_drive_the_axis():
     """One process for the whole axis, or one device per process on one host; anything else
     is refused at call time with what was found, never attempted."""
-    from jaxmg import _geometry, _processes
+    from jaxmg import _processes
 
     assert _processes.classify([0, 0, 0, 0], "x") == "single"
     assert _processes.classify([0, 1, 2, 3], "x") == "multi"
@@ -267,9 +267,9 @@ def test_which_processes_drive_the_axis():
     with pytest.raises(ValueError, match="several hosts.*gather_to_hosts"):
         _processes.check_one_host([0, 1], [7, 8], "x")
     with pytest.raises(ValueError, match="holds devices in 2 slices"):
-        _geometry.local_slice(np.zeros((2, 2), np.int64), 0, "x", {"r": 2, "x": 2})
-    assert _geometry.local_slice(np.array([[0, 0], [1, 1]]), 1, "x", {"r": 2, "x": 2}) == 1
-    assert _geometry.local_slice(np.array([[0, 1]]), 1, "x", {"x": 2}) == 0
+        _processes.local_slice(np.zeros((2, 2), np.int64), 0, "x", {"r": 2, "x": 2})
+    assert _processes.local_slice(np.array([[0, 0], [1, 1]]), 1, "x", {"r": 2, "x": 2}) == 1
+    assert _processes.local_slice(np.array([[0, 1]]), 1, "x", {"x": 2}) == 0
 
 
 @pytest.mark.usefixtures("once_per_suite")

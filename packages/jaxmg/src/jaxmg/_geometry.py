@@ -8,7 +8,6 @@ returns a frozen description that the solvers use to build their ``shard_map``.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from typing import Literal
 
@@ -24,9 +23,8 @@ Form = Literal["cols", "rows", "grid"]
 #: cuSolverMg's hard limit on the number of GPUs in one call.
 MAX_GPUS = 16
 
-#: Device id used in the rendezvous key when the concrete devices are not known at trace time
-#: (inside a user's ``shard_map``): the native code then takes each participant's own device.
-UNKNOWN_DEVICE = -1
+#: Device id used when the concrete devices are not known at trace time (_processes).
+UNKNOWN_DEVICE = _processes.UNKNOWN_DEVICE
 
 _ACCEPTED = (
     "A sharded over exactly one mesh axis, by columns P(None, ax) or by rows P(ax, None), or "
@@ -307,96 +305,6 @@ def _platform(mesh) -> str:
     return "gpu" if platform in ("cuda", "gpu") else platform
 
 
-def _check_single_slice(mesh, axis: str) -> None:
-    others = {name: size for name, size in mesh.shape.items() if name != axis}
-    if any(size > 1 for size in others.values()):
-        raise ValueError(
-            f"cannot tell which devices along mesh axis {axis!r} run together from the "
-            f"abstract mesh {dict(mesh.shape)}: call with a concrete mesh= whose other axes "
-            "place one slice in this process."
-        )
-
-
-def local_slice(owners: np.ndarray, me: int, axis: str, shape: dict) -> int:
-    """Index of the one slice of ``axis`` this process takes part in; an error for any other setup.
-
-    ``owners[r, j]``: the process of device ``j`` in slice ``r``. Each process solves on one
-    slice (the others, on other processes, solve on theirs).
-    """
-    mine = [r for r in range(owners.shape[0]) if (owners[r] == me).any()]
-    if len(mine) != 1:
-        raise ValueError(
-            f"this process holds devices in {len(mine)} slices of mesh axis {axis!r} "
-            f"(mesh {shape}); jaxmg solves on exactly one slice per process: shard A "
-            "over an axis whose other mesh axes place one slice in this process."
-        )
-    return mine[0]
-
-
-@functools.lru_cache(maxsize=64)
-def _participants(mesh, axis: str, platform: str):
-    """``(device_ids, job, pids)`` of this process's slice of ``axis``, in mesh order.
-
-    Cached per mesh: an eager call would otherwise walk the mesh's devices every time."""
-    if not isinstance(mesh, jax.sharding.Mesh):
-        return _abstract_participants(mesh, axis, platform)
-    ndev = dict(mesh.shape)[axis]
-    grid = np.moveaxis(mesh.devices, mesh.axis_names.index(axis), -1).reshape(-1, ndev)
-    owners = np.vectorize(lambda d: d.process_index, otypes=[np.int64])(grid)
-    r = local_slice(owners, jax.process_index(), axis, dict(mesh.shape))
-    row = grid[r]
-    if platform == "gpu":
-        ids = tuple(int(d.local_hardware_id) for d in row)
-    else:
-        ids = tuple(int(d.id) for d in row)
-    if _processes.classify(owners[r], axis) == "single":
-        return ids, 0, ()
-    job = _multi_process_job(owners[r], ndev, axis, platform)
-    if platform == "gpu":
-        # Remote devices have no local hardware id here; the native leader finds each GPU by
-        # its PCI bus id, and the ids only name the call.
-        ids = tuple(int(d.id) for d in row)
-    return ids, job.token, tuple(job.pids[int(p)] for p in owners[r])
-
-
-def _multi_process_job(processes, ndev: int, axis: str, platform: str) -> _processes.Job:
-    """The job's shared facts, after checking the multi-process mode may run on ``processes``."""
-    job = _processes.job()
-    _processes.check_one_host(processes, job.hosts, axis)
-    if platform == "gpu":
-        _processes.check_gpu_multiprocess_enabled(axis)
-        _processes.check_gpus_visible(ndev, axis)
-    return job
-
-
-def _abstract_participants(mesh, axis: str, platform: str):
-    """``(device_ids, job, pids)`` when only the abstract mesh is known (under ``jit`` without a
-    concrete mesh, or inside a user's ``shard_map``).
-
-    The devices are then unknown (``UNKNOWN_DEVICE``: each participant takes its own), and so
-    is which process holds which mesh position (``pids`` of 0: the native protocol learns the
-    leader's process when it arrives). Two setups can be told apart from the job alone: one
-    process driving every device of the axis, and an axis over every device of the job with
-    one device per process. Anything else needs the concrete mesh.
-    """
-    _check_single_slice(mesh, axis)
-    ndev = dict(mesh.shape)[axis]
-    unknown = (UNKNOWN_DEVICE,) * ndev
-    if jax.process_count() == 1:
-        return unknown, 0, ()
-    local = jax.local_device_count(platform)
-    if ndev == jax.device_count(platform) and local == 1:
-        processes = list(range(jax.process_count()))
-        job = _multi_process_job(processes, ndev, axis, platform)
-        return unknown, job.token, (0,) * ndev
-    raise ValueError(
-        f"cannot tell which processes hold the {ndev} devices of mesh axis {axis!r} from the "
-        f"abstract mesh {dict(mesh.shape)} ({jax.process_count()} processes with {local} "
-        f"{platform} device(s) each): pass the concrete jax.sharding.Mesh as mesh= (for the "
-        "*_no_shardmap functions, call jaxmg.potrs/potri/syevd with it instead)."
-    )
-
-
 def check_spec_axes(spec, mesh, where: str) -> None:
     """Raises ValueError when ``spec`` names an axis ``mesh`` does not have."""
     for entry in spec:
@@ -465,7 +373,7 @@ def resolve(
     if backend == "mp":
         ndev = _mp_processes(mesh, (axis,), platform, caller)
         return Geometry(mesh, axis, form, ndev, platform, (UNKNOWN_DEVICE,) * ndev, backend="mp")
-    device_ids, job, pids = _participants(mesh, axis, platform)
+    device_ids, job, pids = _processes.participants(mesh, axis, platform)
     check_device_count(len(device_ids), platform, axis)
     return Geometry(mesh, axis, form, len(device_ids), platform, device_ids, job, pids)
 

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import jax
 
-from . import _geometry, _native, _v1, _validate
+from . import _geometry, _native, _processes, _v1, _validate
 from ._call import describe, layout
 from ._local import (
     _hermitian_blocks_from_lower,
@@ -105,7 +105,7 @@ def _from_abstract_mesh(
         ndev = _geometry._mp_processes(mesh, (axis_name,), platform, caller)
         unknown = (_geometry.UNKNOWN_DEVICE,) * ndev
         return _geometry.Geometry(mesh, axis_name, form, ndev, platform, unknown, backend="mp")
-    device_ids, job, pids = _geometry._abstract_participants(mesh, axis_name, platform)
+    device_ids, job, pids = _processes.abstract_participants(mesh, axis_name, platform)
     _geometry.check_device_count(len(device_ids), platform, axis_name)
     return _geometry.Geometry(
         mesh, axis_name, form, len(device_ids), platform, device_ids, job, pids

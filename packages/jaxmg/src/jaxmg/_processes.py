@@ -23,7 +23,12 @@ import hashlib
 import os
 import socket
 
+import jax
 import numpy as np
+
+#: Device id used in the rendezvous key when the concrete devices are not known at trace time
+#: (inside a user's ``shard_map``): the native code then takes each participant's own device.
+UNKNOWN_DEVICE = -1
 
 #: Opts in to the multi-process mode on GPUs, which has not yet run on GPU hardware.
 GPU_MULTIPROCESS_ENV = "JAXMG_GPU_MULTIPROCESS"
@@ -151,3 +156,96 @@ def check_gpus_visible(ndev: int, axis: str, visible: str | None = None) -> None
             "all) and pick each process's GPU with "
             "jax.distributed.initialize(local_device_ids=...)."
         )
+
+
+# --- the devices of one call's solver axis ----------------------------------------------------
+
+
+def _check_single_slice(mesh, axis: str) -> None:
+    others = {name: size for name, size in mesh.shape.items() if name != axis}
+    if any(size > 1 for size in others.values()):
+        raise ValueError(
+            f"cannot tell which devices along mesh axis {axis!r} run together from the "
+            f"abstract mesh {dict(mesh.shape)}: call with a concrete mesh= whose other axes "
+            "place one slice in this process."
+        )
+
+
+def local_slice(owners: np.ndarray, me: int, axis: str, shape: dict) -> int:
+    """Index of the one slice of ``axis`` this process takes part in; an error for any other setup.
+
+    ``owners[r, j]``: the process of device ``j`` in slice ``r``. Each process solves on one
+    slice (the others, on other processes, solve on theirs).
+    """
+    mine = [r for r in range(owners.shape[0]) if (owners[r] == me).any()]
+    if len(mine) != 1:
+        raise ValueError(
+            f"this process holds devices in {len(mine)} slices of mesh axis {axis!r} "
+            f"(mesh {shape}); jaxmg solves on exactly one slice per process: shard A "
+            "over an axis whose other mesh axes place one slice in this process."
+        )
+    return mine[0]
+
+
+@functools.lru_cache(maxsize=64)
+def participants(mesh, axis: str, platform: str):
+    """``(device_ids, job, pids)`` of this process's slice of ``axis``, in mesh order.
+
+    Cached per mesh: an eager call would otherwise walk the mesh's devices every time."""
+    if not isinstance(mesh, jax.sharding.Mesh):
+        return abstract_participants(mesh, axis, platform)
+    ndev = dict(mesh.shape)[axis]
+    grid = np.moveaxis(mesh.devices, mesh.axis_names.index(axis), -1).reshape(-1, ndev)
+    owners = np.vectorize(lambda d: d.process_index, otypes=[np.int64])(grid)
+    r = local_slice(owners, jax.process_index(), axis, dict(mesh.shape))
+    row = grid[r]
+    if platform == "gpu":
+        ids = tuple(int(d.local_hardware_id) for d in row)
+    else:
+        ids = tuple(int(d.id) for d in row)
+    if classify(owners[r], axis) == "single":
+        return ids, 0, ()
+    job = _multi_process_job(owners[r], ndev, axis, platform)
+    if platform == "gpu":
+        # Remote devices have no local hardware id here; the native leader finds each GPU by
+        # its PCI bus id, and the ids only name the call.
+        ids = tuple(int(d.id) for d in row)
+    return ids, job.token, tuple(job.pids[int(p)] for p in owners[r])
+
+
+def _multi_process_job(processes, ndev: int, axis: str, platform: str) -> Job:
+    """The job's shared facts, after checking the multi-process mode may run on ``processes``."""
+    shared = job()
+    check_one_host(processes, shared.hosts, axis)
+    if platform == "gpu":
+        check_gpu_multiprocess_enabled(axis)
+        check_gpus_visible(ndev, axis)
+    return shared
+
+
+def abstract_participants(mesh, axis: str, platform: str):
+    """``(device_ids, job, pids)`` when only the abstract mesh is known (under ``jit`` without a
+    concrete mesh, or inside a user's ``shard_map``).
+
+    The devices are then unknown (``UNKNOWN_DEVICE``: each participant takes its own), and so
+    is which process holds which mesh position (``pids`` of 0: the native protocol learns the
+    leader's process when it arrives). Two setups can be told apart from the job alone: one
+    process driving every device of the axis, and an axis over every device of the job with
+    one device per process. Anything else needs the concrete mesh.
+    """
+    _check_single_slice(mesh, axis)
+    ndev = dict(mesh.shape)[axis]
+    unknown = (UNKNOWN_DEVICE,) * ndev
+    if jax.process_count() == 1:
+        return unknown, 0, ()
+    local = jax.local_device_count(platform)
+    if ndev == jax.device_count(platform) and local == 1:
+        processes = list(range(jax.process_count()))
+        job = _multi_process_job(processes, ndev, axis, platform)
+        return unknown, job.token, (0,) * ndev
+    raise ValueError(
+        f"cannot tell which processes hold the {ndev} devices of mesh axis {axis!r} from the "
+        f"abstract mesh {dict(mesh.shape)} ({jax.process_count()} processes with {local} "
+        f"{platform} device(s) each): pass the concrete jax.sharding.Mesh as mesh= (for the "
+        "*_no_shardmap functions, call jaxmg.potrs/potri/syevd with it instead)."
+    )

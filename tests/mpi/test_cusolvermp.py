@@ -29,18 +29,16 @@ MPIEXEC = pathlib.Path(sys.prefix) / "bin" / "mpiexec"
 CHECKS = 4 * 5 + 4  # per dtype: potrs, its factor, potrf + potrs_factored, LU, syevd; then 4
 
 
-@pytest.mark.parametrize(
-    ("grid", "tile", "n"),
-    [("1x1", 3, 7), ("1x2", 3, 12), ("2x1", 3, 12), ("2x2", 2, 10), ("1x4", 2, 9)],
-)
-def test_cusolvermp_engine_on_the_emulator(fake_cuda, tmp_path, grid, tile, n):
+def run_ranks(worker, grid, arguments, emulator, results, expected):
+    """``worker`` under ``mpiexec`` on a ``grid`` of ranks ("RxC"), with ``arguments``, the
+    emulator's folder and a results folder; every rank's checks, ``expected`` of them, pass."""
     if not MPIEXEC.exists() and shutil.which("mpiexec") is None:
         pytest.skip("no mpiexec (pip install mpich)")
     mpiexec = str(MPIEXEC if MPIEXEC.exists() else shutil.which("mpiexec"))
     rows, cols = (int(v) for v in grid.split("x"))
     done = subprocess.run(
-        [mpiexec, "-n", str(rows * cols), sys.executable, str(WORKER), grid, str(tile), str(n)]
-        + [str(fake_cuda), str(tmp_path)],
+        [mpiexec, "-n", str(rows * cols), sys.executable, str(worker), grid, *map(str, arguments)]
+        + [str(emulator), str(results)],
         capture_output=True,
         text=True,
         timeout=300,  # a rank that dies makes mpiexec end the job; this bounds the rest
@@ -48,11 +46,19 @@ def test_cusolvermp_engine_on_the_emulator(fake_cuda, tmp_path, grid, tile, n):
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     for rank in range(rows * cols):
-        lines = (tmp_path / f"{rank}.jsonl").read_text().splitlines()
+        lines = (results / f"{rank}.jsonl").read_text().splitlines()
         checks = [json.loads(line) for line in lines]
-        assert len(checks) == CHECKS, checks
+        assert len(checks) == expected, checks
         failed = [c for c in checks if not c["ok"]]
         assert not failed, (rank, failed)
+
+
+@pytest.mark.parametrize(
+    ("grid", "tile", "n"),
+    [("1x1", 3, 7), ("1x2", 3, 12), ("2x1", 3, 12), ("2x2", 2, 10), ("1x4", 2, 9)],
+)
+def test_cusolvermp_engine_on_the_emulator(fake_cuda, tmp_path, grid, tile, n):
+    run_ranks(WORKER, grid, (tile, n), fake_cuda, tmp_path, CHECKS)
 
 
 RECT_WORKER = pathlib.Path(__file__).with_name("cusolvermp_rect_worker.py")
@@ -62,22 +68,4 @@ RECT_CHECKS = 4 * 3 + 3  # per dtype: qr tall and wide, gels; then version, wide
 @pytest.mark.parametrize(("grid", "tile"), [("1x1", 3), ("1x2", 2), ("2x1", 3), ("2x2", 2)])
 def test_cusolvermp_rectangular_routines_on_the_emulator(fake_cuda, tmp_path, grid, tile):
     """qr (Geqrf + Orgqr) and gels (Gels) of csrc/engines/cusolvermp_rect.cc, per rank."""
-    if not MPIEXEC.exists() and shutil.which("mpiexec") is None:
-        pytest.skip("no mpiexec (pip install mpich)")
-    mpiexec = str(MPIEXEC if MPIEXEC.exists() else shutil.which("mpiexec"))
-    rows, cols = (int(v) for v in grid.split("x"))
-    done = subprocess.run(
-        [mpiexec, "-n", str(rows * cols), sys.executable, str(RECT_WORKER), grid, str(tile)]
-        + [str(fake_cuda), str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=300,  # a rank that dies makes mpiexec end the job; this bounds the rest
-        env=dict(os.environ, OMP_NUM_THREADS="1"),
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    for rank in range(rows * cols):
-        lines = (tmp_path / f"{rank}.jsonl").read_text().splitlines()
-        checks = [json.loads(line) for line in lines]
-        assert len(checks) == RECT_CHECKS, checks
-        failed = [c for c in checks if not c["ok"]]
-        assert not failed, (rank, failed)
+    run_ranks(RECT_WORKER, grid, (tile,), fake_cuda, tmp_path, RECT_CHECKS)

@@ -30,7 +30,7 @@ class Call {
         g_(g),
         stream_(stream),
         ordinal_(ordinal),
-        scratch_(std::move(scratch)) {}
+        mem_(libs->rt, stream, ordinal, std::move(scratch)) {}
 
   ~Call() {
     for (cuda::cusolverMpMatrixDescriptor_t d : {desc_a_, desc_b_, desc_q_})
@@ -72,7 +72,6 @@ class Call {
     if (o_.routine->rhs) {
       if (Outcome r = PrepareRhs(); !r.ok) return r;
     }
-    if (Outcome r = Allocate(sizeof(int), &d_info_); !r.ok) return r;
     for (Step step : o_.routine->steps) {
       if (Outcome r = RunStep(step, info); !r.ok) return r;
       if (*info != 0) break;
@@ -108,22 +107,6 @@ class Call {
     return {};
   }
 
-  Outcome Allocate(size_t bytes, void** out) {
-    std::optional<void*> memory = scratch_(std::max<size_t>(bytes, 1));
-    if (!memory.has_value())
-      return Outcome::Fail("XLA's scratch allocator could not provide " + std::to_string(bytes) +
-                           " bytes on GPU " + std::to_string(ordinal_));
-    *out = *memory;
-    return {};
-  }
-
-  Outcome ReadInfo(int* info) {
-    JAXMG_CUDART(
-        rt_, cudaMemcpyAsync(info, d_info_, sizeof(int), cuda::cudaMemcpyDeviceToHost, stream_));
-    JAXMG_CUDART(rt_, cudaStreamSynchronize(stream_));
-    return {};
-  }
-
   // Global row (column) of local row (column) `l` of process row (column) `p` of `procs`.
   int64_t Global(int64_t l, int64_t p, int64_t procs) const {
     return ((l / tile_) * procs + p) * tile_ + l % tile_;
@@ -137,10 +120,10 @@ class Call {
     nrhs_ = o_.x_dims[0];
     ldb_ = std::max<int64_t>(1, local_rows_);
     const size_t x_bytes = static_cast<size_t>(nrhs_ * n_) * esize_;
-    if (Outcome r = Allocate(x_bytes, &rhs_); !r.ok) return r;
+    if (Outcome r = mem_.Allocate(x_bytes, &rhs_); !r.ok) return r;
     JAXMG_CUDART(rt_, cudaMemcpyAsync(rhs_, o_.x_out, x_bytes, cuda::cudaMemcpyDefault, stream_));
     JAXMG_CUDART(rt_, cudaMemsetAsync(o_.x_out, 0, x_bytes, stream_));
-    if (Outcome r = Allocate(static_cast<size_t>(ldb_) * esize_, &b_); !r.ok) return r;
+    if (Outcome r = mem_.Allocate(static_cast<size_t>(ldb_) * esize_, &b_); !r.ok) return r;
     JAXMG_CUSOLVERMP(
         libs_, cusolverMpCreateMatrixDesc(&desc_b_, grid_, type_, n_, 1, tile_, tile_, 0, 0, ldb_));
     return {};
@@ -168,7 +151,7 @@ class Call {
     for (int64_t j = 0; j < nrhs_; ++j) {
       if (Outcome r = CopyColumn(rhs_, j, true); !r.ok) return r;
       if (Outcome r = solve(); !r.ok) return r;
-      if (Outcome r = ReadInfo(info); !r.ok) return r;
+      if (Outcome r = mem_.ReadInfo(info); !r.ok) return r;
       if (*info != 0) return {};
       if (Outcome r = CopyColumn(o_.x_out, j, false); !r.ok) return r;
     }
@@ -181,25 +164,15 @@ class Call {
     return cusolvermp::SumOverGrid(libs_, o_.x_out, bytes, dtype_, comm_, stream_);
   }
 
-  // The device and host workspaces of one routine: `size` asks the library for them.
-  template <typename SizeFn>
-  Outcome Workspaces(SizeFn size) {
-    size_t device_bytes = 0, host_bytes = 0;
-    if (Outcome r = size(&device_bytes, &host_bytes); !r.ok) return r;
-    if (Outcome r = Allocate(device_bytes, &d_work_); !r.ok) return r;
-    d_bytes_ = device_bytes;
-    h_work_.assign(std::max<size_t>(host_bytes, 1), 0);
-    return {};
-  }
-
   // One library step; `info` (host) gets the library's.
   Outcome RunStep(Step step, int* info) {
     const auto lower = cuda::CUBLAS_FILL_MODE_LOWER;
     void* a = o_.a_out;
-    int* d_info = static_cast<int*>(d_info_);
+    int* d_info = nullptr;
+    if (Outcome r = mem_.Info(&d_info); !r.ok) return r;
     switch (step) {
       case Step::kPotrf: {
-        if (Outcome r = Workspaces([&](size_t* d, size_t* h) -> Outcome {
+        if (Outcome r = mem_.Workspaces([&](size_t* d, size_t* h) -> Outcome {
               JAXMG_CUSOLVERMP(libs_, cusolverMpPotrf_bufferSize(handle_, lower, n_, a, 1, 1,
                                                                  desc_a_, type_, d, h));
               return {};
@@ -207,12 +180,12 @@ class Call {
             !r.ok)
           return r;
         JAXMG_CUSOLVERMP(
-            libs_, cusolverMpPotrf(handle_, lower, n_, a, 1, 1, desc_a_, type_, d_work_, d_bytes_,
-                                   h_work_.data(), h_work_.size(), d_info));
-        return ReadInfo(info);
+            libs_, cusolverMpPotrf(handle_, lower, n_, a, 1, 1, desc_a_, type_, mem_.device(),
+                                   mem_.device_bytes(), mem_.host(), mem_.host_bytes(), d_info));
+        return mem_.ReadInfo(info);
       }
       case Step::kPotrs: {
-        if (Outcome r = Workspaces([&](size_t* d, size_t* h) -> Outcome {
+        if (Outcome r = mem_.Workspaces([&](size_t* d, size_t* h) -> Outcome {
               JAXMG_CUSOLVERMP(
                   libs_, cusolverMpPotrs_bufferSize(handle_, lower, n_, 1, a, 1, 1, desc_a_, b_, 1,
                                                     1, desc_b_, type_, d, h));
@@ -221,9 +194,10 @@ class Call {
             !r.ok)
           return r;
         return EachRhs(info, [&]() -> Outcome {
-          JAXMG_CUSOLVERMP(libs_, cusolverMpPotrs(handle_, lower, n_, 1, a, 1, 1, desc_a_, b_, 1, 1,
-                                                  desc_b_, type_, d_work_, d_bytes_, h_work_.data(),
-                                                  h_work_.size(), d_info));
+          JAXMG_CUSOLVERMP(
+              libs_, cusolverMpPotrs(handle_, lower, n_, 1, a, 1, 1, desc_a_, b_, 1, 1, desc_b_,
+                                     type_, mem_.device(), mem_.device_bytes(), mem_.host(),
+                                     mem_.host_bytes(), d_info));
           return {};
         });
       }
@@ -235,7 +209,7 @@ class Call {
       case Step::kGetrs: return Getrs(a, d_info, info);
       case Step::kSyevd: {
         if (Outcome r = Syevd(a, d_info); !r.ok) return r;
-        return ReadInfo(info);
+        return mem_.ReadInfo(info);
       }
     }
     return Outcome::Fail("unknown library step");
@@ -248,9 +222,9 @@ class Call {
 
   Outcome Getrf(void* a, int* d_info, int* info) {
     void* ipiv = nullptr;
-    if (Outcome r = Allocate(PivotCount() * sizeof(int64_t), &ipiv); !r.ok) return r;
+    if (Outcome r = mem_.Allocate(PivotCount() * sizeof(int64_t), &ipiv); !r.ok) return r;
     auto* pivots = static_cast<int64_t*>(ipiv);
-    if (Outcome r = Workspaces([&](size_t* d, size_t* h) -> Outcome {
+    if (Outcome r = mem_.Workspaces([&](size_t* d, size_t* h) -> Outcome {
           JAXMG_CUSOLVERMP(libs_, cusolverMpGetrf_bufferSize(handle_, n_, n_, a, 1, 1, desc_a_,
                                                              pivots, type_, d, h));
           return {};
@@ -258,9 +232,9 @@ class Call {
         !r.ok)
       return r;
     JAXMG_CUSOLVERMP(
-        libs_, cusolverMpGetrf(handle_, n_, n_, a, 1, 1, desc_a_, pivots, type_, d_work_, d_bytes_,
-                               h_work_.data(), h_work_.size(), d_info));
-    if (Outcome r = ReadInfo(info); !r.ok) return r;
+        libs_, cusolverMpGetrf(handle_, n_, n_, a, 1, 1, desc_a_, pivots, type_, mem_.device(),
+                               mem_.device_bytes(), mem_.host(), mem_.host_bytes(), d_info));
+    if (Outcome r = mem_.ReadInfo(info); !r.ok) return r;
     std::vector<int64_t> wide(PivotCount());
     JAXMG_CUDART(rt_, cudaMemcpyAsync(wide.data(), ipiv, wide.size() * sizeof(int64_t),
                                       cuda::cudaMemcpyDeviceToHost, stream_));
@@ -284,13 +258,13 @@ class Call {
     JAXMG_CUDART(rt_, cudaStreamSynchronize(stream_));
     const std::vector<int64_t> wide(narrow.begin(), narrow.end());
     void* ipiv = nullptr;
-    if (Outcome r = Allocate(wide.size() * sizeof(int64_t), &ipiv); !r.ok) return r;
+    if (Outcome r = mem_.Allocate(wide.size() * sizeof(int64_t), &ipiv); !r.ok) return r;
     JAXMG_CUDART(rt_, cudaMemcpyAsync(ipiv, wide.data(), wide.size() * sizeof(int64_t),
                                       cuda::cudaMemcpyHostToDevice, stream_));
     JAXMG_CUDART(rt_, cudaStreamSynchronize(stream_));  // `wide` goes out of scope
     const auto* pivots = static_cast<const int64_t*>(ipiv);
     const auto op = cuda::CUBLAS_OP_N;
-    if (Outcome r = Workspaces([&](size_t* d, size_t* h) -> Outcome {
+    if (Outcome r = mem_.Workspaces([&](size_t* d, size_t* h) -> Outcome {
           JAXMG_CUSOLVERMP(
               libs_, cusolverMpGetrs_bufferSize(handle_, op, n_, 1, a, 1, 1, desc_a_, pivots, b_, 1,
                                                 1, desc_b_, type_, d, h));
@@ -299,9 +273,9 @@ class Call {
         !r.ok)
       return r;
     return EachRhs(info, [&]() -> Outcome {
-      JAXMG_CUSOLVERMP(
-          libs_, cusolverMpGetrs(handle_, op, n_, 1, a, 1, 1, desc_a_, pivots, b_, 1, 1, desc_b_,
-                                 type_, d_work_, d_bytes_, h_work_.data(), h_work_.size(), d_info));
+      JAXMG_CUSOLVERMP(libs_, cusolverMpGetrs(handle_, op, n_, 1, a, 1, 1, desc_a_, pivots, b_, 1,
+                                              1, desc_b_, type_, mem_.device(), mem_.device_bytes(),
+                                              mem_.host(), mem_.host_bytes(), d_info));
       return {};
     });
   }
@@ -311,12 +285,12 @@ class Call {
   Outcome Syevd(void* a, int* d_info) {
     const size_t bytes = o_.a->size_bytes();
     void* q = nullptr;
-    if (Outcome r = Allocate(bytes, &q); !r.ok) return r;
+    if (Outcome r = mem_.Allocate(bytes, &q); !r.ok) return r;
     JAXMG_CUSOLVERMP(libs_, cusolverMpCreateMatrixDesc(&desc_q_, grid_, type_, n_, n_, tile_, tile_,
                                                        0, 0, lld_));
     char jobz[] = "V";  // cuSOLVERMp takes a writable char*
     const auto lower = cuda::CUBLAS_FILL_MODE_LOWER;
-    if (Outcome r = Workspaces([&](size_t* d, size_t* h) -> Outcome {
+    if (Outcome r = mem_.Workspaces([&](size_t* d, size_t* h) -> Outcome {
           JAXMG_CUSOLVERMP(libs_,
                            cusolverMpSyevd_bufferSize(handle_, jobz, lower, n_, a, 1, 1, desc_a_,
                                                       o_.w_out, q, 1, 1, desc_q_, type_, d, h));
@@ -324,9 +298,10 @@ class Call {
         });
         !r.ok)
       return r;
-    JAXMG_CUSOLVERMP(libs_, cusolverMpSyevd(handle_, jobz, lower, n_, a, 1, 1, desc_a_, o_.w_out, q,
-                                            1, 1, desc_q_, type_, d_work_, d_bytes_, h_work_.data(),
-                                            h_work_.size(), d_info));
+    JAXMG_CUSOLVERMP(
+        libs_, cusolverMpSyevd(handle_, jobz, lower, n_, a, 1, 1, desc_a_, o_.w_out, q, 1, 1,
+                               desc_q_, type_, mem_.device(), mem_.device_bytes(), mem_.host(),
+                               mem_.host_bytes(), d_info));
     JAXMG_CUDART(rt_, cudaMemcpyAsync(a, q, bytes, cuda::cudaMemcpyDefault, stream_));
     return {};
   }
@@ -337,7 +312,7 @@ class Call {
   const MpGrid& g_;
   cudaStream_t stream_;
   int32_t ordinal_;
-  ScratchFn scratch_;
+  cusolvermp::CallMemory mem_;  // B, pivots, eigenvectors, info and workspaces
   Dtype dtype_ = Dtype::kF64;
   size_t esize_ = 8;
   cuda::cudaDataType type_ = cuda::CUDA_R_64F;
@@ -347,12 +322,8 @@ class Call {
   cuda::cusolverMpHandle_t handle_ = nullptr;
   cuda::cusolverMpGrid_t grid_ = nullptr;
   cuda::cusolverMpMatrixDescriptor_t desc_a_ = nullptr, desc_b_ = nullptr, desc_q_ = nullptr;
-  void* rhs_ = nullptr;     // the input b, [nrhs, N] (device, scratch)
-  void* b_ = nullptr;       // this process's part of B, one column (device, scratch)
-  void* d_info_ = nullptr;  // the library's info (device, scratch)
-  void* d_work_ = nullptr;  // the current routine's device workspace
-  size_t d_bytes_ = 0;
-  std::vector<char> h_work_;  // its host workspace
+  void* rhs_ = nullptr;  // the input b, [nrhs, N] (device, scratch)
+  void* b_ = nullptr;    // this process's part of B, one column (device, scratch)
 };
 
 }  // namespace

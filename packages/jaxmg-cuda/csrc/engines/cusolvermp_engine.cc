@@ -64,12 +64,13 @@ const Libraries* Load(std::string* error) {
   if (nccl == nullptr || solver == nullptr) {
     // Found but not loadable is a version mismatch far more often than a missing file
     // (docs/gpu.md has the table of what loads with which NCCL).
-    failure = "jaxmg: backend 'mp' on GPUs needs NCCL (libnccl.so.2) and cuSOLVERMp "
-              "(libcusolverMp.so.0, with cuBLASMp)" +
-              std::string(tried.unloadable.empty() ? ", which were not found."
-                                                   : ", which were found but could not all be "
-                                                     "loaded.") +
-              cuda::DescribeFailures(tried);
+    failure =
+        "jaxmg: backend 'mp' on GPUs needs NCCL (libnccl.so.2) and cuSOLVERMp "
+        "(libcusolverMp.so.0, with cuBLASMp)" +
+        std::string(tried.unloadable.empty() ? ", which were not found."
+                                             : ", which were found but could not all be "
+                                               "loaded.") +
+        cuda::DescribeFailures(tried);
     if (!tried.unloadable.empty())
       failure +=
           "\nThe versions must match. cuSOLVERMp 0.9.x loads cuBLASMp (0.9.1 needs cuBLASMp "
@@ -158,13 +159,39 @@ Outcome Connect(const Libraries* libs, const std::string& nccl_id, int64_t rows,
   return {};
 }
 
+Outcome CallMemory::Allocate(size_t bytes, void** out) {
+  std::optional<void*> memory = scratch_(std::max<size_t>(bytes, 1));
+  if (!memory.has_value())
+    return Outcome::Fail("XLA's scratch allocator could not provide " + std::to_string(bytes) +
+                         " bytes on GPU " + std::to_string(ordinal_));
+  *out = *memory;
+  return {};
+}
+
+Outcome CallMemory::Info(int** out) {
+  if (info_ == nullptr) {
+    void* memory = nullptr;
+    if (Outcome r = Allocate(sizeof(int), &memory); !r.ok) return r;
+    info_ = static_cast<int*>(memory);
+  }
+  *out = info_;
+  return {};
+}
+
+Outcome CallMemory::ReadInfo(int* info) {
+  JAXMG_CUDART(rt_,
+               cudaMemcpyAsync(info, info_, sizeof(int), cuda::cudaMemcpyDeviceToHost, stream_));
+  JAXMG_CUDART(rt_, cudaStreamSynchronize(stream_));
+  return {};
+}
+
 Outcome ReadPosition(const Api* rt, const int32_t* position, size_t count, cudaStream_t stream,
                      int32_t* out) {
   *out = -1;
   if (position == nullptr || count != 1)
     return Outcome::Fail("position must be an int32 scalar (the flat grid position)");
-  JAXMG_CUDART(rt, cudaMemcpyAsync(out, position, sizeof(*out), cuda::cudaMemcpyDeviceToHost,
-                                   stream));
+  JAXMG_CUDART(rt,
+               cudaMemcpyAsync(out, position, sizeof(*out), cuda::cudaMemcpyDeviceToHost, stream));
   JAXMG_CUDART(rt, cudaStreamSynchronize(stream));
   return {};
 }

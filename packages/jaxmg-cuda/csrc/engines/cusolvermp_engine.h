@@ -5,11 +5,14 @@
 #ifndef JAXMG_CUSOLVERMP_ENGINE_H_
 #define JAXMG_CUSOLVERMP_ENGINE_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "base/common.h"
 #include "engines/cuda_internal.h"
@@ -47,6 +50,47 @@ struct Connection {
 };
 Outcome Connect(const Libraries* libs, const std::string& nccl_id, int64_t rows, int64_t cols,
                 int32_t position, int32_t ordinal, cudaStream_t stream, Connection* out);
+
+// One call's memory beyond its operands, all from XLA's scratch allocator (freed when the
+// handler returns): buffers, the library's info, and the device and host workspaces of the
+// library call about to run (the largest device workspace asked for so far is reused).
+class CallMemory {
+ public:
+  CallMemory(const Api* rt, cudaStream_t stream, int32_t ordinal, ScratchFn scratch)
+      : rt_(rt), stream_(stream), ordinal_(ordinal), scratch_(std::move(scratch)) {}
+
+  Outcome Allocate(size_t bytes, void** out);
+  // The library's info (device memory), allocated on first use.
+  Outcome Info(int** out);
+  // The info the last library call wrote, on the host (synchronises the stream).
+  Outcome ReadInfo(int* info);
+  // The workspaces `size(&device_bytes, &host_bytes)` asks for (a library's _bufferSize).
+  template <typename SizeFn>
+  Outcome Workspaces(SizeFn size) {
+    size_t device_bytes = 0, host_bytes = 0;
+    if (Outcome r = size(&device_bytes, &host_bytes); !r.ok) return r;
+    if (device_bytes > device_bytes_ || device_ == nullptr) {
+      if (Outcome r = Allocate(device_bytes, &device_); !r.ok) return r;
+      device_bytes_ = device_bytes;
+    }
+    host_.assign(std::max<size_t>(host_bytes, 1), 0);
+    return {};
+  }
+  void* device() const { return device_; }
+  size_t device_bytes() const { return device_bytes_; }
+  void* host() { return host_.data(); }
+  size_t host_bytes() const { return host_.size(); }
+
+ private:
+  const Api* rt_;
+  cudaStream_t stream_;
+  int32_t ordinal_;
+  ScratchFn scratch_;
+  int* info_ = nullptr;
+  void* device_ = nullptr;
+  size_t device_bytes_ = 0;
+  std::vector<char> host_;
+};
 
 // What the loaded library's cusolverMpGetVersion said (0 until the first handle exists).
 int LoadedVersion();

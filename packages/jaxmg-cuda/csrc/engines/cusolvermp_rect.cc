@@ -28,7 +28,7 @@ class RectCall {
         o_(o),
         stream_(stream),
         ordinal_(ordinal),
-        scratch_(std::move(scratch)) {}
+        mem_(libs->rt, stream, ordinal, std::move(scratch)) {}
   ~RectCall() {
     for (cuda::cusolverMpMatrixDescriptor_t d : {desc_a_, desc_b_})
       if (d != nullptr) libs_->mp.cusolverMpDestroyMatrixDesc(d);
@@ -41,30 +41,30 @@ class RectCall {
     *info = 0;
     JAXMG_CUDART(rt_, cudaSetDevice(ordinal_));
     int32_t position = -1;
-    if (Outcome r = cusolvermp::ReadPosition(rt_, o_.position, o_.position_count, stream_,
-                                             &position);
+    if (Outcome r =
+            cusolvermp::ReadPosition(rt_, o_.position, o_.position_count, stream_, &position);
         !r.ok)
       return r;
     if (Outcome r = Check(position); !r.ok) return r;
     Connection c;
-    if (Outcome r = cusolvermp::Connect(libs_, nccl_id, o_.rows, o_.cols, position, ordinal_,
-                                        stream_, &c);
+    if (Outcome r =
+            cusolvermp::Connect(libs_, nccl_id, o_.rows, o_.cols, position, ordinal_, stream_, &c);
         !r.ok)
       return r;
     comm_ = c.comm;
     handle_ = c.handle;
-    JAXMG_CUSOLVERMP(libs_, cusolverMpCreateMatrixDesc(&desc_a_, c.grid, type_, o_.m, o_.n,
-                                                       o_.tile, o_.tile, 0, 0, lld_));
+    JAXMG_CUSOLVERMP(libs_, cusolverMpCreateMatrixDesc(&desc_a_, c.grid, type_, o_.m, o_.n, o_.tile,
+                                                       o_.tile, 0, 0, lld_));
     grid_ = c.grid;
-    if (Outcome r = Allocate(o_.a->size_bytes(), &work_); !r.ok) return r;
-    if (Outcome r = Allocate(sizeof(int), &d_info_); !r.ok) return r;
+    if (Outcome r = mem_.Allocate(o_.a->size_bytes(), &work_); !r.ok) return r;
     switch (o_.op) {
       case RectOp::kQr: return Qr(info);
       case RectOp::kGels: return Gels(info);
       case RectOp::kGesvd: break;
     }
-    return Outcome::Fail("cuSOLVERMp's gesvd is not bound by jaxmg: jaxmg's compositions run "
-                         "svd, polar and lstsq on GPUs");
+    return Outcome::Fail(
+        "cuSOLVERMp's gesvd is not bound by jaxmg: jaxmg's compositions run "
+        "svd, polar and lstsq on GPUs");
   }
 
   // Every output's bytes (for the NaN of a failed call).
@@ -88,8 +88,7 @@ class RectCall {
     if (position < 0 || position >= o_.rows * o_.cols)
       return Outcome::Fail("position " + std::to_string(position) + " is not on the " +
                            std::to_string(o_.rows) + " x " + std::to_string(o_.cols) + " grid");
-    if (o_.m < 1 || o_.n < 1 || o_.tile < 1)
-      return Outcome::Fail("M, N and T_A must be positive");
+    if (o_.m < 1 || o_.n < 1 || o_.tile < 1) return Outcome::Fail("M, N and T_A must be positive");
     row_ = position / o_.cols;
     col_ = position % o_.cols;
     local_rows_ = libs_->mp.cusolverMpNUMROC(o_.m, o_.tile, static_cast<uint32_t>(row_), 0,
@@ -115,35 +114,6 @@ class RectCall {
     return {};
   }
 
-  Outcome Allocate(size_t bytes, void** out) {
-    std::optional<void*> memory = scratch_(std::max<size_t>(bytes, 1));
-    if (!memory.has_value())
-      return Outcome::Fail("XLA's scratch allocator could not provide " + std::to_string(bytes) +
-                           " bytes on GPU " + std::to_string(ordinal_));
-    *out = *memory;
-    return {};
-  }
-
-  Outcome ReadInfo(int* info) {
-    JAXMG_CUDART(
-        rt_, cudaMemcpyAsync(info, d_info_, sizeof(int), cuda::cudaMemcpyDeviceToHost, stream_));
-    JAXMG_CUDART(rt_, cudaStreamSynchronize(stream_));
-    return {};
-  }
-
-  // The device and host workspaces of one library call: `size` asks the library for them.
-  template <typename SizeFn>
-  Outcome Workspaces(SizeFn size) {
-    size_t device_bytes = 0, host_bytes = 0;
-    if (Outcome r = size(&device_bytes, &host_bytes); !r.ok) return r;
-    if (device_bytes > d_bytes_) {
-      if (Outcome r = Allocate(device_bytes, &d_work_); !r.ok) return r;
-      d_bytes_ = device_bytes;
-    }
-    h_work_.assign(std::max<size_t>(host_bytes, 1), 0);
-    return {};
-  }
-
   // Global row (column) of local row (column) `l` of process row (column) `p` of `procs`.
   int64_t Global(int64_t l, int64_t p, int64_t procs) const {
     return ((l / o_.tile) * procs + p) * o_.tile + l % o_.tile;
@@ -152,8 +122,8 @@ class RectCall {
   // A's local array (the work copy) on the host.
   Outcome LocalToHost(std::vector<char>* out) {
     out->resize(o_.a->size_bytes());
-    JAXMG_CUDART(rt_, cudaMemcpyAsync(out->data(), work_, out->size(),
-                                      cuda::cudaMemcpyDeviceToHost, stream_));
+    JAXMG_CUDART(rt_, cudaMemcpyAsync(out->data(), work_, out->size(), cuda::cudaMemcpyDeviceToHost,
+                                      stream_));
     JAXMG_CUDART(rt_, cudaStreamSynchronize(stream_));
     return {};
   }
@@ -161,10 +131,9 @@ class RectCall {
   // `host` (row-major, `bytes`) to the output `out` on every process: each process's entries in
   // zeros elsewhere, summed over the communicator.
   Outcome Whole(const std::vector<char>& host, void* out) {
-    JAXMG_CUDART(rt_, cudaMemcpyAsync(out, host.data(), host.size(), cuda::cudaMemcpyHostToDevice,
-                                      stream_));
-    if (Outcome r = cusolvermp::SumOverGrid(libs_, out, host.size(), dtype_, comm_, stream_);
-        !r.ok)
+    JAXMG_CUDART(
+        rt_, cudaMemcpyAsync(out, host.data(), host.size(), cuda::cudaMemcpyHostToDevice, stream_));
+    if (Outcome r = cusolvermp::SumOverGrid(libs_, out, host.size(), dtype_, comm_, stream_); !r.ok)
       return r;
     JAXMG_CUDART(rt_, cudaStreamSynchronize(stream_));  // `host` goes out of scope
     return {};
@@ -198,33 +167,35 @@ class RectCall {
     const int64_t taus = libs_->mp.cusolverMpNUMROC(k, o_.tile, static_cast<uint32_t>(col_), 0,
                                                     static_cast<uint32_t>(o_.cols));
     void* tau = nullptr;
-    if (Outcome r = Allocate(static_cast<size_t>(taus) * esize_, &tau); !r.ok) return r;
-    int* d_info = static_cast<int*>(d_info_);
-    if (Outcome r = Workspaces([&](size_t* d, size_t* h) -> Outcome {
-          JAXMG_CUSOLVERMP(libs_, cusolverMpGeqrf_bufferSize(handle_, m, n, work_, 1, 1, desc_a_,
-                                                             type_, d, h));
+    if (Outcome r = mem_.Allocate(static_cast<size_t>(taus) * esize_, &tau); !r.ok) return r;
+    int* d_info = nullptr;
+    if (Outcome r = mem_.Info(&d_info); !r.ok) return r;
+    if (Outcome r = mem_.Workspaces([&](size_t* d, size_t* h) -> Outcome {
+          JAXMG_CUSOLVERMP(
+              libs_, cusolverMpGeqrf_bufferSize(handle_, m, n, work_, 1, 1, desc_a_, type_, d, h));
           return {};
         });
         !r.ok)
       return r;
-    JAXMG_CUSOLVERMP(libs_, cusolverMpGeqrf(handle_, m, n, work_, 1, 1, desc_a_, tau, type_,
-                                            d_work_, d_bytes_, h_work_.data(), h_work_.size(),
-                                            d_info));
-    if (Outcome r = ReadInfo(info); !r.ok || *info != 0) return r;
+    JAXMG_CUSOLVERMP(libs_,
+                     cusolverMpGeqrf(handle_, m, n, work_, 1, 1, desc_a_, tau, type_, mem_.device(),
+                                     mem_.device_bytes(), mem_.host(), mem_.host_bytes(), d_info));
+    if (Outcome r = mem_.ReadInfo(info); !r.ok || *info != 0) return r;
     std::vector<char> local;
     if (Outcome r = LocalToHost(&local); !r.ok) return r;
-    const std::vector<char> upper = Entries(local, k, n, [](int64_t i, int64_t j) { return i <= j; });
-    if (Outcome r = Workspaces([&](size_t* d, size_t* h) -> Outcome {
-          JAXMG_CUSOLVERMP(libs_, cusolverMpOrgqr_bufferSize(handle_, m, k, k, work_, 1, 1,
-                                                             desc_a_, tau, type_, d, h));
+    const std::vector<char> upper =
+        Entries(local, k, n, [](int64_t i, int64_t j) { return i <= j; });
+    if (Outcome r = mem_.Workspaces([&](size_t* d, size_t* h) -> Outcome {
+          JAXMG_CUSOLVERMP(libs_, cusolverMpOrgqr_bufferSize(handle_, m, k, k, work_, 1, 1, desc_a_,
+                                                             tau, type_, d, h));
           return {};
         });
         !r.ok)
       return r;
-    JAXMG_CUSOLVERMP(libs_, cusolverMpOrgqr(handle_, m, k, k, work_, 1, 1, desc_a_, tau, type_,
-                                            d_work_, d_bytes_, h_work_.data(), h_work_.size(),
-                                            d_info));
-    if (Outcome r = ReadInfo(info); !r.ok || *info != 0) return r;
+    JAXMG_CUSOLVERMP(
+        libs_, cusolverMpOrgqr(handle_, m, k, k, work_, 1, 1, desc_a_, tau, type_, mem_.device(),
+                               mem_.device_bytes(), mem_.host(), mem_.host_bytes(), d_info));
+    if (Outcome r = mem_.ReadInfo(info); !r.ok || *info != 0) return r;
     if (Outcome r = LocalToHost(&local); !r.ok) return r;
     if (Outcome r = Whole(Entries(local, m, k, [](int64_t, int64_t) { return true; }), o_.out0);
         !r.ok)
@@ -244,10 +215,11 @@ class RectCall {
     JAXMG_CUDART(rt_, cudaStreamSynchronize(stream_));
     const int64_t ldb = std::max<int64_t>(1, local_rows_);
     void* b_local = nullptr;
-    if (Outcome r = Allocate(static_cast<size_t>(ldb) * esize_, &b_local); !r.ok) return r;
+    if (Outcome r = mem_.Allocate(static_cast<size_t>(ldb) * esize_, &b_local); !r.ok) return r;
     JAXMG_CUSOLVERMP(libs_, cusolverMpCreateMatrixDesc(&desc_b_, grid_, type_, m, 1, o_.tile,
                                                        o_.tile, 0, 0, ldb));
-    int* d_info = static_cast<int*>(d_info_);
+    int* d_info = nullptr;
+    if (Outcome r = mem_.Info(&d_info); !r.ok) return r;
     const auto op = cuda::CUBLAS_OP_N;
     std::vector<char> x(static_cast<size_t>(n * nrhs_) * esize_, 0), column(ldb * esize_, 0);
     for (int64_t j = 0; j < nrhs_; ++j) {
@@ -260,18 +232,18 @@ class RectCall {
                       esize_);
       JAXMG_CUDART(rt_, cudaMemcpyAsync(b_local, column.data(), column.size(),
                                         cuda::cudaMemcpyHostToDevice, stream_));
-      if (Outcome r = Workspaces([&](size_t* d, size_t* h) -> Outcome {
-            JAXMG_CUSOLVERMP(libs_, cusolverMpGels_bufferSize(handle_, op, m, n, 1, work_, 1, 1,
-                                                              desc_a_, b_local, 1, 1, desc_b_,
-                                                              type_, d, h));
+      if (Outcome r = mem_.Workspaces([&](size_t* d, size_t* h) -> Outcome {
+            JAXMG_CUSOLVERMP(libs_,
+                             cusolverMpGels_bufferSize(handle_, op, m, n, 1, work_, 1, 1, desc_a_,
+                                                       b_local, 1, 1, desc_b_, type_, d, h));
             return {};
           });
           !r.ok)
         return r;
-      JAXMG_CUSOLVERMP(libs_, cusolverMpGels(handle_, op, m, n, 1, work_, 1, 1, desc_a_, b_local,
-                                             1, 1, desc_b_, type_, d_work_, d_bytes_,
-                                             h_work_.data(), h_work_.size(), d_info));
-      if (Outcome r = ReadInfo(info); !r.ok || *info != 0) return r;
+      JAXMG_CUSOLVERMP(libs_, cusolverMpGels(handle_, op, m, n, 1, work_, 1, 1, desc_a_, b_local, 1,
+                                             1, desc_b_, type_, mem_.device(), mem_.device_bytes(),
+                                             mem_.host(), mem_.host_bytes(), d_info));
+      if (Outcome r = mem_.ReadInfo(info); !r.ok || *info != 0) return r;
       JAXMG_CUDART(rt_, cudaMemcpyAsync(column.data(), b_local, column.size(),
                                         cuda::cudaMemcpyDeviceToHost, stream_));
       JAXMG_CUDART(rt_, cudaStreamSynchronize(stream_));
@@ -289,7 +261,7 @@ class RectCall {
   const RectOperands& o_;
   cudaStream_t stream_;
   int32_t ordinal_;
-  ScratchFn scratch_;
+  cusolvermp::CallMemory mem_;  // A's copy, tau, B, info and workspaces
   Dtype dtype_ = Dtype::kF64;
   size_t esize_ = 8;
   cuda::cudaDataType type_ = cuda::CUDA_R_64F;
@@ -298,11 +270,7 @@ class RectCall {
   cuda::cusolverMpHandle_t handle_ = nullptr;
   cuda::cusolverMpGrid_t grid_ = nullptr;
   cuda::cusolverMpMatrixDescriptor_t desc_a_ = nullptr, desc_b_ = nullptr;
-  void* work_ = nullptr;    // A's local array, overwritten by the routine (device, scratch)
-  void* d_info_ = nullptr;  // the library's info (device, scratch)
-  void* d_work_ = nullptr;  // the device workspace, the largest asked for so far
-  size_t d_bytes_ = 0;
-  std::vector<char> h_work_;  // the host workspace
+  void* work_ = nullptr;  // A's local array, overwritten by the routine (device, scratch)
 };
 
 }  // namespace
@@ -330,8 +298,8 @@ ffi::Error RunRectOnCusolverMp(const RectOperands& o, ffi::Span<const int64_t> n
     for (const auto& [data, bytes] : call.Outputs())
       failed |= rt->cudaMemsetAsync(data, 0xFF, bytes, stream);
   const int32_t status = info;
-  failed |= rt->cudaMemcpyAsync(o.status, &status, sizeof(status), cuda::cudaMemcpyHostToDevice,
-                                stream);
+  failed |=
+      rt->cudaMemcpyAsync(o.status, &status, sizeof(status), cuda::cudaMemcpyHostToDevice, stream);
   failed |= rt->cudaStreamSynchronize(stream);  // `status` goes out of scope
   if (failed != 0)
     return Fail(std::string(o.target) +

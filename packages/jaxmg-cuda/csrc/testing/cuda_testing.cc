@@ -37,6 +37,16 @@ namespace {
 
 // --- RunCudaOnHost (cuda_testing.h): the handler's body on host arrays, for tests -----------
 
+// The dtypes a test names, as XLA's and jaxmg's types.
+const std::map<std::string, std::pair<ffi::DataType, Dtype>>& HostTypes() {
+  static const auto* types = new std::map<std::string, std::pair<ffi::DataType, Dtype>>{
+      {"float32", {ffi::DataType::F32, Dtype::kF32}},
+      {"float64", {ffi::DataType::F64, Dtype::kF64}},
+      {"complex64", {ffi::DataType::C64, Dtype::kC64}},
+      {"complex128", {ffi::DataType::C128, Dtype::kC128}}};
+  return *types;
+}
+
 // One mesh position's buffers on its GPU: one cudaMalloc, every buffer at an aligned offset
 // past a gap, so none starts at the allocation's base (as under XLA's allocator).
 class StagedPosition {
@@ -217,11 +227,7 @@ void RunPositionOnHost(const Api* api, const HostCall& c, ffi::DataType type, Dt
 }  // namespace
 
 bool RunCudaOnHost(const HostCall& c, HostResult* out, std::string* error) {
-  static const std::map<std::string, std::pair<ffi::DataType, Dtype>> kTypes = {
-      {"float32", {ffi::DataType::F32, Dtype::kF32}},
-      {"float64", {ffi::DataType::F64, Dtype::kF64}},
-      {"complex64", {ffi::DataType::C64, Dtype::kC64}},
-      {"complex128", {ffi::DataType::C128, Dtype::kC128}}};
+  const auto& kTypes = HostTypes();
   const auto type = kTypes.find(c.dtype);
   const size_t count = c.positions.size();
   const size_t esize = type != kTypes.end() ? ElementSize(type->second.second) : 0;
@@ -289,11 +295,7 @@ bool RunCudaOnHost(const HostCall& c, HostResult* out, std::string* error) {
 }
 
 bool RunRectCudaOnHost(const HostRectCall& c, HostRectResult* out, std::string* error) {
-  static const std::map<std::string, std::pair<ffi::DataType, Dtype>> kTypes = {
-      {"float32", {ffi::DataType::F32, Dtype::kF32}},
-      {"float64", {ffi::DataType::F64, Dtype::kF64}},
-      {"complex64", {ffi::DataType::C64, Dtype::kC64}},
-      {"complex128", {ffi::DataType::C128, Dtype::kC128}}};
+  const auto& kTypes = HostTypes();
   const auto type = kTypes.find(c.dtype);
   const bool gels = c.op == "gels";
   std::ostringstream bad;

@@ -330,40 +330,24 @@ class Call {
 
 ffi::Error RunOnCusolverMp(const Operands& o, const MpGrid& g, ffi::Span<const int64_t> nccl_id,
                            cudaStream_t stream, int32_t ordinal, ScratchFn scratch) {
-  std::string error;
-  const Libraries* libs = cusolvermp::Load(&error);
-  if (libs == nullptr) return Fail(std::string(o.target) + ": " + error);
-  if (nccl_id.size() * sizeof(int64_t) != cuda::kNcclUniqueIdBytes)
-    return Fail(std::string(o.target) + ": nccl_id must be the 128 bytes of an NCCL unique id " +
-                "as 16 int64, got " + std::to_string(nccl_id.size()));
-  const std::string id(reinterpret_cast<const char*>(nccl_id.begin()), cuda::kNcclUniqueIdBytes);
+  const Libraries* libs = nullptr;
+  std::string id;
+  if (Outcome r = cusolvermp::Begin(nccl_id, &libs, &id); !r.ok)
+    return Fail(std::string(o.target) + ": " + r.message);
   std::lock_guard<std::mutex> lock(cusolvermp::StateMutex());
   Dtype dtype = Dtype::kF64;
   int info = 0;
   Call call(libs, o, g, stream, ordinal, std::move(scratch));
-  const Outcome out = call.Run(id, &dtype, &info);
-  if (!out.ok) return Fail(std::string(o.target) + ": " + out.message);
-  if (info < 0)
-    return Fail(std::string(o.target) + ": cuSOLVERMp reported illegal argument " +
-                std::to_string(-info));
-  const Api* rt = libs->rt;
-  auto fill_nan = [&](void* data, size_t bytes) {
-    return rt->cudaMemsetAsync(data, 0xFF, bytes, stream);
-  };
-  int failed = 0;
-  if (info != 0) {
-    if (o.routine->rhs) failed |= fill_nan(o.x_out, o.b->size_bytes());
-    if (o.routine->result != Result::kUnchanged) failed |= fill_nan(o.a_out, o.a->size_bytes());
+  Outcome out = call.Run(id, &dtype, &info);
+  if (out.ok) {
+    std::vector<std::pair<void*, size_t>> outputs;  // NaN where the call fails
+    if (o.routine->rhs) outputs.push_back({o.x_out, o.b->size_bytes()});
+    if (o.routine->result != Result::kUnchanged) outputs.push_back({o.a_out, o.a->size_bytes()});
     if (o.routine->eigenvalues)
-      failed |= fill_nan(o.w_out, static_cast<size_t>(g.n) * RealElementSize(dtype));
+      outputs.push_back({o.w_out, static_cast<size_t>(g.n) * RealElementSize(dtype)});
+    out = cusolvermp::Finish(libs, info, outputs, o.status_out, stream);
   }
-  const int32_t status = info;
-  failed |= rt->cudaMemcpyAsync(o.status_out, &status, sizeof(status), cuda::cudaMemcpyHostToDevice,
-                                stream);
-  failed |= rt->cudaStreamSynchronize(stream);  // `status` goes out of scope
-  if (failed != 0)
-    return Fail(std::string(o.target) +
-                ": writing the outputs failed: " + rt->cudaGetErrorString(rt->cudaGetLastError()));
+  if (!out.ok) return Fail(std::string(o.target) + ": " + out.message);
   return ffi::Error::Success();
 }
 

@@ -185,6 +185,37 @@ Outcome CallMemory::ReadInfo(int* info) {
   return {};
 }
 
+Outcome Begin(ffi::Span<const int64_t> nccl_id, const Libraries** libs, std::string* id) {
+  std::string error;
+  *libs = Load(&error);
+  if (*libs == nullptr) return Outcome::Fail(error);
+  if (nccl_id.size() * sizeof(int64_t) != cuda::kNcclUniqueIdBytes)
+    return Outcome::Fail("nccl_id must be the 128 bytes of an NCCL unique id as 16 int64, got " +
+                         std::to_string(nccl_id.size()));
+  id->assign(reinterpret_cast<const char*>(nccl_id.begin()), cuda::kNcclUniqueIdBytes);
+  return {};
+}
+
+Outcome Finish(const Libraries* libs, int info,
+               const std::vector<std::pair<void*, size_t>>& outputs, int32_t* status_out,
+               cudaStream_t stream) {
+  if (info < 0)
+    return Outcome::Fail("cuSOLVERMp reported illegal argument " + std::to_string(-info));
+  const Api* rt = libs->rt;
+  int failed = 0;
+  if (info != 0)
+    for (const auto& [data, bytes] : outputs)
+      failed |= rt->cudaMemsetAsync(data, 0xFF, bytes, stream);
+  const int32_t status = info;
+  failed |= rt->cudaMemcpyAsync(status_out, &status, sizeof(status), cuda::cudaMemcpyHostToDevice,
+                                stream);
+  failed |= rt->cudaStreamSynchronize(stream);  // `status` goes out of scope
+  if (failed != 0)
+    return Outcome::Fail(std::string("writing the outputs failed: ") +
+                         rt->cudaGetErrorString(rt->cudaGetLastError()));
+  return {};
+}
+
 Outcome ReadPosition(const Api* rt, const int32_t* position, size_t count, cudaStream_t stream,
                      int32_t* out) {
   *out = -1;

@@ -92,6 +92,17 @@ class CallMemory {
   std::vector<char> host_;
 };
 
+// The start of a call: the libraries, and the communicator's id from the handler's `nccl_id`
+// attribute (its 128 bytes as 16 int64).
+Outcome Begin(ffi::Span<const int64_t> nccl_id, const Libraries** libs, std::string* id);
+
+// The end of a call that returned LAPACK's `info` (the same on every process): an illegal
+// argument (info < 0) is an error; info > 0 fills `outputs` (pointer, bytes) with NaN; the
+// status (info) goes to `status_out`.
+Outcome Finish(const Libraries* libs, int info,
+               const std::vector<std::pair<void*, size_t>>& outputs, int32_t* status_out,
+               cudaStream_t stream);
+
 // What the loaded library's cusolverMpGetVersion said (0 until the first handle exists).
 int LoadedVersion();
 

@@ -277,33 +277,16 @@ class RectCall {
 
 ffi::Error RunRectOnCusolverMp(const RectOperands& o, ffi::Span<const int64_t> nccl_id,
                                cudaStream_t stream, int32_t ordinal, ScratchFn scratch) {
-  std::string error;
-  const Libraries* libs = cusolvermp::Load(&error);
-  if (libs == nullptr) return Fail(std::string(o.target) + ": " + error);
-  if (nccl_id.size() * sizeof(int64_t) != cuda::kNcclUniqueIdBytes)
-    return Fail(std::string(o.target) + ": nccl_id must be the 128 bytes of an NCCL unique id " +
-                "as 16 int64, got " + std::to_string(nccl_id.size()));
-  const std::string id(reinterpret_cast<const char*>(nccl_id.begin()), cuda::kNcclUniqueIdBytes);
+  const Libraries* libs = nullptr;
+  std::string id;
+  if (Outcome r = cusolvermp::Begin(nccl_id, &libs, &id); !r.ok)
+    return Fail(std::string(o.target) + ": " + r.message);
   std::lock_guard<std::mutex> lock(cusolvermp::StateMutex());
   int info = 0;
   RectCall call(libs, o, stream, ordinal, std::move(scratch));
-  const Outcome out = call.Run(id, &info);
+  Outcome out = call.Run(id, &info);
+  if (out.ok) out = cusolvermp::Finish(libs, info, call.Outputs(), o.status, stream);
   if (!out.ok) return Fail(std::string(o.target) + ": " + out.message);
-  if (info < 0)
-    return Fail(std::string(o.target) + ": cuSOLVERMp reported illegal argument " +
-                std::to_string(-info));
-  const Api* rt = libs->rt;
-  int failed = 0;
-  if (info != 0)
-    for (const auto& [data, bytes] : call.Outputs())
-      failed |= rt->cudaMemsetAsync(data, 0xFF, bytes, stream);
-  const int32_t status = info;
-  failed |=
-      rt->cudaMemcpyAsync(o.status, &status, sizeof(status), cuda::cudaMemcpyHostToDevice, stream);
-  failed |= rt->cudaStreamSynchronize(stream);  // `status` goes out of scope
-  if (failed != 0)
-    return Fail(std::string(o.target) +
-                ": writing the outputs failed: " + rt->cudaGetErrorString(rt->cudaGetLastError()));
   return ffi::Error::Success();
 }
 

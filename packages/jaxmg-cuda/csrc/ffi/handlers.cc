@@ -369,7 +369,7 @@ auto WithRectAttrs(B b) {
       .template Attr<int64_t>("call_id");
 }
 
-RectOperands Rect(RectOp op, const char* target, CpuInstance* instance, ffi::AnyBuffer& a,
+RectOperands Rect(RectOp op, const char* target, int64_t instance, ffi::AnyBuffer& a,
                   Position& position, int64_t tile, int64_t m, int64_t n, Span grid,
                   int64_t call_id) {
   RectOperands o;
@@ -384,7 +384,7 @@ RectOperands Rect(RectOp op, const char* target, CpuInstance* instance, ffi::Any
   o.cols = grid.size() == 2 ? grid[1] : 0;
   o.tile = tile;
   o.call_id = call_id;
-  o.instance = instance->Index();
+  o.instance = instance;
   return o;
 }
 
@@ -392,8 +392,8 @@ ffi::Error MpGesvd(CpuInstance* instance, ffi::AnyBuffer a, Position position,
                    ffi::Result<ffi::AnyBuffer> u, ffi::Result<ffi::AnyBuffer> s,
                    ffi::Result<ffi::AnyBuffer> vt, Status status, int64_t tile, int64_t m,
                    int64_t n, Span grid, int64_t call_id) {
-  RectOperands o = Rect(RectOp::kGesvd, "jaxmg_mp_gesvd", instance, a, position, tile, m, n,
-                        grid, call_id);
+  RectOperands o = Rect(RectOp::kGesvd, "jaxmg_mp_gesvd", instance->Index(), a, position, tile,
+                        m, n, grid, call_id);
   o.out0 = u->untyped_data();
   o.out0_dims = u->dimensions();
   o.out1 = s->untyped_data();
@@ -410,7 +410,7 @@ ffi::Error MpQr(CpuInstance* instance, ffi::AnyBuffer a, Position position,
                 ffi::Result<ffi::AnyBuffer> q, ffi::Result<ffi::AnyBuffer> r, Status status,
                 int64_t tile, int64_t m, int64_t n, Span grid, int64_t call_id) {
   RectOperands o =
-      Rect(RectOp::kQr, "jaxmg_mp_qr", instance, a, position, tile, m, n, grid, call_id);
+      Rect(RectOp::kQr, "jaxmg_mp_qr", instance->Index(), a, position, tile, m, n, grid, call_id);
   o.out0 = q->untyped_data();
   o.out0_dims = q->dimensions();
   o.out1 = r->untyped_data();
@@ -424,7 +424,8 @@ ffi::Error MpGels(CpuInstance* instance, ffi::AnyBuffer a, ffi::AnyBuffer b, Pos
                   ffi::Result<ffi::AnyBuffer> x, Status status, int64_t tile, int64_t m,
                   int64_t n, Span grid, int64_t call_id) {
   RectOperands o =
-      Rect(RectOp::kGels, "jaxmg_mp_gels", instance, a, position, tile, m, n, grid, call_id);
+      Rect(RectOp::kGels, "jaxmg_mp_gels", instance->Index(), a, position, tile, m, n, grid,
+           call_id);
   o.b = &b;
   o.out0 = x->untyped_data();
   o.out0_dims = x->dimensions();
@@ -438,8 +439,8 @@ ffi::Error MpQrCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator 
                     ffi::AnyBuffer a, Position position, ffi::Result<ffi::AnyBuffer> q,
                     ffi::Result<ffi::AnyBuffer> r, Status status, int64_t tile, int64_t m,
                     int64_t n, Span grid, int64_t call_id, Span nccl_id) {
-  CpuInstance none;
-  RectOperands o = Rect(RectOp::kQr, "jaxmg_mp_qr", &none, a, position, tile, m, n, grid, call_id);
+  // No instance: the GPU engine meets no one (as Entry::MpCuda).
+  RectOperands o = Rect(RectOp::kQr, "jaxmg_mp_qr", 0, a, position, tile, m, n, grid, call_id);
   o.out0 = q->untyped_data();
   o.out0_dims = q->dimensions();
   o.out1 = r->untyped_data();
@@ -454,9 +455,7 @@ ffi::Error MpGelsCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocato
                       ffi::AnyBuffer a, ffi::AnyBuffer b, Position position,
                       ffi::Result<ffi::AnyBuffer> x, Status status, int64_t tile, int64_t m,
                       int64_t n, Span grid, int64_t call_id, Span nccl_id) {
-  CpuInstance none;
-  RectOperands o =
-      Rect(RectOp::kGels, "jaxmg_mp_gels", &none, a, position, tile, m, n, grid, call_id);
+  RectOperands o = Rect(RectOp::kGels, "jaxmg_mp_gels", 0, a, position, tile, m, n, grid, call_id);
   o.b = &b;
   o.out0 = x->untyped_data();
   o.out0_dims = x->dimensions();

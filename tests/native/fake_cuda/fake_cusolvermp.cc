@@ -41,7 +41,9 @@
 //      memory of the communicator's device, the stream on that device.
 //  [Q] ScaLAPACK's p?geqrf / p?orgqr (p?ungqr): d_tau holds LOCc(JA + min(M, N) - 1) elements of
 //      A's type (orgqr: LOCc(JA + K - 1)), K <= N <= M for orgqr; p?gels: B's row blocks A's
-//      (MB_B == MB_A), B at least max(M, N) x NRHS.
+//      (MB_B == MB_A), B at least max(M, N) x NRHS. Like [L], ScaLAPACK's documented rules
+//      carried over because cuSOLVERMp takes ScaLAPACK's descriptors and argument lists; neither
+//      NVIDIA's header nor a sample states them, and no GPU has run these routines yet.
 //  [V] cusolverMp.h: cusolverMpGetVersion(handle, int* version), version = major * 1000 +
 //      minor * 100 + patch (CUSOLVERMP_VERSION). The emulator answers 800 (0.8.0: it has no
 //      cusolverMpGesvd, which came in 0.9.0), or FAKECUDA_MP_VERSION when set.

@@ -5,9 +5,10 @@ Neither cuSolverMg nor its LAPACK twin has an SVD or a QR, so these are built fr
 engines do run, with sharded products between the calls, on every backend and platform the
 routines they call run on: the SVD (and ``polar``, ``lstsq``) from the Jordan-Wielandt
 eigenproblem (:mod:`jaxmg._svd`), QR by shifted CholeskyQR (:mod:`jaxmg._qr`), the glue between
-solver calls in :mod:`jaxmg._glue`. Backend ``"mp"`` on CPUs runs ScaLAPACK's own routines
-instead (:mod:`jaxmg._engine_rect`; ``lstsq`` stays on the SVD because its contract, ``s``, the
-numerical rank and ``rcond``, is more than ``p?gels`` gives). On a solver axis of one device
+solver calls in :mod:`jaxmg._glue`. Backend ``"mp"`` runs the engine's own routines instead
+(:mod:`jaxmg._engine_rect`: ScaLAPACK's on CPUs; on GPUs cuSOLVERMp's, for ``qr`` alone;
+``lstsq`` stays on the SVD because its contract, ``s``, the numerical rank and ``rcond``, is
+more than ``p?gels`` gives). On a solver axis of one device
 with the default backend they are JAX's own (``jnp.linalg.svd``, ``qr``, ``lstsq``,
 ``jax.scipy.linalg.polar``), with JAX's derivatives.
 """
@@ -259,14 +260,15 @@ def qr(
     Args:
       A: as for :func:`svd`; ``K = min(M, N)`` divisible by the device count, and the first
         ``K`` columns of full rank (``cond`` below about ``1 / ε`` of the dtype). With backend
-        ``"mp"`` on CPUs (ScaLAPACK's Householder QR) neither: any ``K``, any rank.
-      T_A: with backend ``"mp"`` on CPUs the engine's square tile (default: 64, or the smaller
-        side of a block); elsewhere checked and unused (the compositions choose their tiles).
+        ``"mp"`` (the engine's Householder QR) neither: any ``K``, any rank.
+      T_A: with backend ``"mp"`` the engine's square tile (default: 64, or the smaller side of
+        a block; on GPUs at most that side); elsewhere checked and unused (the compositions
+        choose their tiles).
       mode (keyword): ``"reduced"`` (default): ``Q`` ``[M, K]`` with orthonormal columns, ``R``
         ``[K, N]`` upper triangular (trapezoidal for ``M < N``); ``"r"``: ``R`` alone.
       mesh, in_specs, backend, return_status: as for :func:`svd`; the status is the Cholesky
         factorisation's ``k > 0`` when the first ``k`` columns are numerically dependent
-        (``Q`` and ``R`` are then NaN). With backend ``"mp"`` on CPUs always 0: dependent
+        (``Q`` and ``R`` are then NaN). With backend ``"mp"`` always 0: dependent
         columns give a valid ``Q R = A`` with orthonormal ``Q`` and a zero (or rounding-level)
         diagonal entry of ``R``.
       matrix_specs, pad, donate: jaxmg 1.x's, as for :func:`jaxmg.gesvd`.
@@ -275,10 +277,10 @@ def qr(
       ``(Q, R)`` or ``R``, and the status with ``return_status``. ``R``'s diagonal is real and
       positive (LAPACK's may be negative: the factorisation is the same up to those signs).
 
-    How: shifted CholeskyQR in four steps (docs/api.md), or with
-    backend ``"mp"`` on CPUs ScaLAPACK's ``p?geqrf`` + ``p?orgqr`` (``p?ungqr``). Derivatives:
-    JAX's rule for ``jnp.linalg.qr`` (``M >= N``; for ``M < N`` through the product ``Q^H A``),
-    which needs ``R``'s first ``K`` columns invertible.
+    How: shifted CholeskyQR in four steps (docs/api.md), or with backend ``"mp"`` ScaLAPACK's
+    ``p?geqrf`` + ``p?orgqr`` (``p?ungqr``) on CPUs, cuSOLVERMp's Geqrf + Orgqr on GPUs.
+    Derivatives: JAX's rule for ``jnp.linalg.qr`` (``M >= N``; for ``M < N`` through the
+    product ``Q^H A``), which needs ``R``'s first ``K`` columns invertible.
     """
     caller = "jaxmg.qr"
     _validate.keyword_only(caller, positional, "mode or return_status, e.g. mode='r'")

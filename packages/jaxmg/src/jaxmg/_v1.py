@@ -109,8 +109,8 @@ def least_squares(
     Returns:
       ``x``, ``[N]`` or ``[N, K]``, replicated; the status last with ``return_status``.
 
-    How: backend ``"mp"`` on CPUs runs ScaLAPACK's ``p?gels`` (as 1.x runs cuSOLVERMp's
-    ``Gels``): an exactly singular triangular factor gives info ``k > 0`` and NaN. Elsewhere the
+    How: backend ``"mp"`` runs ScaLAPACK's ``p?gels`` on CPUs and cuSOLVERMp's ``Gels`` on
+    GPUs (as 1.x): an exactly singular triangular factor gives info ``k > 0`` and NaN. Elsewhere the
     SVD's pseudo-inverse of :func:`jaxmg.lstsq` (differentiable): the same ``x`` for full rank;
     for a numerically rank-deficient ``A`` the minimum-norm solution, where ``Gels`` gives a
     large, inaccurate one.

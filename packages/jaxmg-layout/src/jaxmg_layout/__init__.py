@@ -34,4 +34,7 @@ from ._relayout2d import (
     undo_cyclic_2d_no_shardmap as undo_cyclic_2d_no_shardmap,
 )
 
-__version__ = importlib.metadata.version("jaxmg-layout")  # its pyproject.toml, the one source
+try:
+    __version__ = importlib.metadata.version("jaxmg-layout")  # its pyproject.toml, the one source
+except importlib.metadata.PackageNotFoundError:  # a checkout on sys.path, not installed
+    __version__ = "0+checkout"

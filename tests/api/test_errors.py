@@ -395,3 +395,22 @@ def test_factor_functions_name_what_they_accept(mesh, a):
     rect = jax.device_put(jnp.ones((n, n // 2)), NamedSharding(mesh, P(None, "x")))
     with pytest.raises(ValueError, match=r"jaxmg.lu_factor: A must be square"):
         jaxmg.lu_factor(rect)
+
+
+def test_gpu_mp_getrs_solves_with_a_and_refuses_its_transposes(monkeypatch):
+    """Backend "mp" on GPUs: ``trans="N"`` reaches cuSOLVERMp's getrs once (the wrapper once
+    called itself, a RecursionError on the first H100 run); ``"T"`` and ``"C"`` are refused."""
+    import jaxmg_cuda.mp
+
+    from jaxmg import _native
+
+    calls = []
+    monkeypatch.setattr(jaxmg_cuda.mp, "nccl_id", lambda: "id")
+    monkeypatch.setattr(jaxmg_cuda.mp, "getrs", lambda *a, **kw: calls.append((a, kw)) or "x")
+    getrs = _native.engine("gpu", "jaxmg.lu_solve", "mp").getrs
+    assert getrs("lu", "pivots", "b", trans="N") == "x"
+    assert calls == [(("lu", "pivots", "b"), {"trans": "N", "nccl_id": "id"})]
+    for trans in ("T", "C"):
+        with pytest.raises(NotImplementedError, match="solve with A\\^T or A\\^H"):
+            getrs("lu", "pivots", "b", trans=trans)
+    assert len(calls) == 1

@@ -175,6 +175,14 @@ check(
     "potrs not positive definite", out["status"][0] > 0 and np.isnan(x).all(), status=out["status"]
 )
 
+# An exactly singular U: the status is LAPACK's, the first k with U(k, k) == 0 (cuSOLVERMp's own
+# info says only that there is one; the emulator gives the index within its tile).
+for j in sorted({n // 2 + 1, n - 1}):
+    S = np.eye(n)
+    S[:, j] = 0.0  # no pivoting: U = S, U(j + 1, j + 1) (1-based) is the first zero
+    lu = call("getrf", np.float64, S)
+    check(f"getrf singular at {j + 1}", lu["status"] == [j + 1], status=lu["status"])
+
 # What cuSOLVERMp 0.9 cannot do is refused with the reason, on every process.
 out = call("potri", np.float64, hermitian_pd(np.float64, seed=1))
 check("potri refused", "has no inverse" in out["errors"][0], errors=out["errors"])

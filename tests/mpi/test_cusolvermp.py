@@ -26,7 +26,7 @@ pytestmark = [
 
 WORKER = pathlib.Path(__file__).with_name("cusolvermp_worker.py")
 MPIEXEC = pathlib.Path(sys.prefix) / "bin" / "mpiexec"
-CHECKS = 4 * 5 + 4  # per dtype: potrs, its factor, potrf + potrs_factored, LU, syevd; then 4
+CHECKS = 4 * 5 + 6  # per dtype: potrs, its factor, potrf + potrs_factored, LU, syevd; then 6
 
 
 def run_ranks(worker, grid, arguments, emulator, results, expected):

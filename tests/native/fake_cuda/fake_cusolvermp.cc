@@ -47,6 +47,13 @@
 //  [V] cusolverMp.h: cusolverMpGetVersion(handle, int* version), version = major * 1000 +
 //      minor * 100 + patch (CUSOLVERMP_VERSION). The emulator answers 800 (0.8.0: it has no
 //      cusolverMpGesvd, which came in 0.9.0), or FAKECUDA_MP_VERSION when set.
+//  [G] the first GPU run of cuSOLVERMp 0.8.0 (H100, benchmarks/results/
+//      nvidia-h100-80gb-hbm3_2026-11-27.md): Potrs, Geqrf and Orgqr that succeed leave d_info as
+//      it was (jaxmg read the scratch's old contents as an illegal argument), and NVIDIA's
+//      samples (mp_gels.c) set d_info to 0 before the call, so every routine here writes d_info
+//      only where it fails. Getrf of a matrix whose U(256, 256) is exactly zero (N = 256, tiles
+//      of 8) said 8, not LAPACK's 256: here info > 0 is the index within its tile, the one
+//      reading that fits what was seen; nothing should depend on more than info > 0.
 //  [E] the emulator's own limits, all jaxmg needs: one communicator over the whole MPI job
 //      (nranks == MPI world size, rank == MPI world rank, so the grid's processes are the
 //      job's), IA = JA = IB = JB = IQ = JQ = 1, uplo = LOWER, ncclFloat32/ncclFloat64 with
@@ -479,9 +486,11 @@ class Call {
   const void* stream_ = nullptr;
 };
 
-std::vector<char> IntBytes(int v) {
-  std::vector<char> out(sizeof(v));
-  std::memcpy(out.data(), &v, sizeof(v));
+// What a routine writes to d_info: its status where it failed, nothing where it succeeded [G].
+std::vector<char> InfoBytes(int status) {
+  if (status == 0) return {};
+  std::vector<char> out(sizeof(status));
+  std::memcpy(out.data(), &status, sizeof(status));
   return out;
 }
 
@@ -967,7 +976,7 @@ cusolverStatus_t cusolverMpPotrf(cusolverMpHandle_t h, cublasFillMode_t uplo, in
   Int status = 0, in = static_cast<Int>(n), one = 1;
   Sym<void (*)(const char*, const Int*, void*, const Int*, const Int*, const Int*, Int*)>(
       "p" + Prefix(type) + "potrf_")("L", &in, local.data(), &one, &one, d->desc, &status);
-  call.Finish({{a, Trimmed(std::move(local), *d)}, {info, IntBytes(status)}});
+  call.Finish({{a, Trimmed(std::move(local), *d)}, {info, InfoBytes(status)}});
   return kSuccess;
 }
 
@@ -1014,7 +1023,7 @@ cusolverStatus_t cusolverMpPotrs(cusolverMpHandle_t h, cublasFillMode_t uplo, in
                void*, const Int*, const Int*, const Int*, Int*)>("p" + Prefix(type) + "potrs_")(
       "L", &in, &ir, la.data(), &one, &one, d->desc, lb.data(), &one, &one, desc_b_on_a.data(),
       &status);
-  call.Finish({{b, Trimmed(std::move(lb), *db)}, {info, IntBytes(status)}});
+  call.Finish({{b, Trimmed(std::move(lb), *db)}, {info, InfoBytes(status)}});
   return kSuccess;
 }
 
@@ -1056,9 +1065,29 @@ cusolverStatus_t cusolverMpGetrf(cusolverMpHandle_t h, int64_t m, int64_t n, voi
   Sym<void (*)(const Int*, const Int*, void*, const Int*, const Int*, const Int*, Int*, Int*)>(
       "p" + Prefix(type) + "getrf_")(&im, &in, local.data(), &one, &one, d->desc, sc_piv.data(),
                                      &status);
+  const int64_t k = std::min(m, n);
+  // MKL's p?getrf answers 0 for an exactly zero U(j, j) (seen on a 1 x 1 grid): the status
+  // is LAPACK's, the first such j, read from the diagonal every process holds a part of.
+  std::vector<int> zeros(static_cast<size_t>(k), 0);
+  const size_t esize = ElementSize(type), real = RealSize(type);
+  for (int64_t l = 0; l < d->local_cols; ++l) {
+    const int64_t j = GlobalIndex(l, d->nb, g.col, g.cols);
+    for (int64_t r = 0; r < d->local_rows && j < k; ++r) {
+      if (GlobalIndex(r, d->mb, g.row, g.rows) != j) continue;
+      const char* p = local.data() + static_cast<size_t>(r + l * d->lld) * esize;
+      bool zero = true;
+      for (size_t part = 0; part < esize / real; ++part)
+        zero = zero && (real == 4 ? reinterpret_cast<const float*>(p)[part]
+                                  : reinterpret_cast<const double*>(p)[part]) == 0;
+      zeros[static_cast<size_t>(j)] = zero ? 1 : 0;
+    }
+  }
+  SumInts(call.mpi(), &zeros);
+  status = 0;
+  for (int64_t j = k - 1; j >= 0; --j)
+    if (zeros[static_cast<size_t>(j)] != 0) status = static_cast<Int>(j + 1);
   // ScaLAPACK's pivots follow A's rows (every process column has them): gather them from
   // process column 0, then lay them out along A's columns.
-  const int64_t k = std::min(m, n);
   std::vector<int> global(static_cast<size_t>(k), 0);
   if (g.col == 0)
     for (int64_t l = 0; l < d->local_rows; ++l)
@@ -1070,7 +1099,8 @@ cusolverStatus_t cusolverMpGetrf(cusolverMpHandle_t h, int64_t m, int64_t n, voi
       std::memcpy(piv_bytes.data() + 8 * l, &v, 8);
     }
   call.Finish(
-      {{a, Trimmed(std::move(local), *d)}, {ipiv, std::move(piv_bytes)}, {info, IntBytes(status)}});
+      {{a, Trimmed(std::move(local), *d)}, {ipiv, std::move(piv_bytes)},
+       {info, InfoBytes(status > 0 ? static_cast<int>((status - 1) % d->mb) + 1 : status)}});
   return kSuccess;
 }
 
@@ -1146,7 +1176,7 @@ cusolverStatus_t cusolverMpGetrs(cusolverMpHandle_t h, cublasOperation_t trans, 
                const Int*, void*, const Int*, const Int*, const Int*, Int*)>(
       "p" + Prefix(type) + "getrs_")("N", &in, &ir, la.data(), &one, &one, d->desc, sc_piv.data(),
                                      lb.data(), &one, &one, desc_b_on_a.data(), &status);
-  call.Finish({{b, Trimmed(std::move(lb), *db)}, {info, IntBytes(status)}});
+  call.Finish({{b, Trimmed(std::move(lb), *db)}, {info, InfoBytes(status)}});
   return kSuccess;
 }
 
@@ -1225,7 +1255,7 @@ cusolverStatus_t cusolverMpSyevd(cusolverMpHandle_t h, char* jobz, cublasFillMod
       static_cast<Int>(rwork.size() / rs), iwork.data(), static_cast<Int>(iwork.size()));
   w.resize(static_cast<size_t>(n) * rs);
   std::vector<std::pair<void*, std::vector<char>>> out = {
-      {a, Trimmed(std::move(la), da)}, {d, std::move(w)}, {info, IntBytes(status)}};
+      {a, Trimmed(std::move(la), da)}, {d, std::move(w)}, {info, InfoBytes(status)}};
   if (s.vectors) out.push_back({q, Trimmed(std::move(lz), dz)});
   call.Finish(std::move(out));
   return kSuccess;
@@ -1271,7 +1301,7 @@ cusolverStatus_t cusolverMpGeqrf(cusolverMpHandle_t h, int64_t m, int64_t n, voi
         &im, &in, la.data(), &one, &one, d->desc, lt.data(), work, &lwork, &status);
   });
   lt.resize(taus * ElementSize(type));
-  call.Finish({{a, Trimmed(std::move(la), *d)}, {tau, std::move(lt)}, {info, IntBytes(status)}});
+  call.Finish({{a, Trimmed(std::move(la), *d)}, {tau, std::move(lt)}, {info, InfoBytes(status)}});
   return kSuccess;
 }
 
@@ -1318,7 +1348,7 @@ cusolverStatus_t cusolverMpOrgqr(cusolverMpHandle_t h, int64_t m, int64_t n, int
                  const void*, void*, const Int*, Int*)>(name)(
         &im, &in, &ik, la.data(), &one, &one, d->desc, lt.data(), work, &lwork, &status);
   });
-  call.Finish({{a, Trimmed(std::move(la), *d)}, {info, IntBytes(status)}});
+  call.Finish({{a, Trimmed(std::move(la), *d)}, {info, InfoBytes(status)}});
   return kSuccess;
 }
 
@@ -1396,7 +1426,7 @@ cusolverStatus_t cusolverMpGels(cusolverMpHandle_t h, cublasOperation_t trans, i
   });
   call.Finish({{a, Trimmed(std::move(la), *d)},
                {b, Trimmed(std::move(lb), *db)},
-               {info, IntBytes(status)}});
+               {info, InfoBytes(status)}});
   return kSuccess;
 }
 

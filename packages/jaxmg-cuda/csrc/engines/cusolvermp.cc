@@ -235,6 +235,9 @@ class Call {
         libs_, cusolverMpGetrf(handle_, n_, n_, a, 1, 1, desc_a_, pivots, type_, mem_.device(),
                                mem_.device_bytes(), mem_.host(), mem_.host_bytes(), d_info));
     if (Outcome r = mem_.ReadInfo(info); !r.ok) return r;
+    if (*info > 0) {
+      if (Outcome r = FirstZeroPivot(a, info); !r.ok) return r;
+    }
     std::vector<int64_t> wide(PivotCount());
     JAXMG_CUDART(rt_, cudaMemcpyAsync(wide.data(), ipiv, wide.size() * sizeof(int64_t),
                                       cuda::cudaMemcpyDeviceToHost, stream_));
@@ -244,6 +247,53 @@ class Call {
     JAXMG_CUDART(rt_, cudaMemcpyAsync(o_.ipiv, narrow.data(), narrow.size() * sizeof(int32_t),
                                       cuda::cudaMemcpyHostToDevice, stream_));
     JAXMG_CUDART(rt_, cudaStreamSynchronize(stream_));  // `narrow` goes out of scope
+    return {};
+  }
+
+  // LAPACK's info of a singular factor, the first k with U(k, k) exactly zero (1-based), read
+  // from U's diagonal: cuSOLVERMp's Getrf says that U is singular but not where (docs/gpu.md).
+  // Each process puts the first zero of its diagonal entries (or N + 1) at its position of a
+  // vector; one sum over the communicator gives every process all of them.
+  Outcome FirstZeroPivot(const void* a, int* info) {
+    std::vector<char> local(o_.a->size_bytes());
+    JAXMG_CUDART(rt_, cudaMemcpyAsync(local.data(), a, local.size(), cuda::cudaMemcpyDeviceToHost,
+                                      stream_));
+    JAXMG_CUDART(rt_, cudaStreamSynchronize(stream_));
+    const size_t parts = esize_ / RealElementSize(dtype_);  // 2 for complex
+    const bool single = RealElementSize(dtype_) == sizeof(float);
+    auto is_zero = [&](const char* p) {
+      for (size_t k = 0; k < parts; ++k) {
+        const double v = single ? reinterpret_cast<const float*>(p)[k]
+                                : reinterpret_cast<const double*>(p)[k];
+        if (v != 0) return false;
+      }
+      return true;
+    };
+    int64_t first = n_ + 1;
+    for (int64_t j = 0; j < local_cols_ && first > n_; ++j) {
+      const int64_t gj = Global(j, col_, g_.cols);
+      for (int64_t i = 0; i < local_rows_; ++i)
+        if (Global(i, row_, g_.rows) == gj) {
+          if (is_zero(local.data() + static_cast<size_t>(i + j * lld_) * esize_)) first = gj + 1;
+          break;
+        }
+    }
+    const int64_t processes = g_.rows * g_.cols;
+    std::vector<double> firsts(static_cast<size_t>(processes), 0.0);
+    firsts[static_cast<size_t>(row_ * g_.cols + col_)] = static_cast<double>(first);
+    void* d_firsts = nullptr;
+    const size_t bytes = firsts.size() * sizeof(double);
+    if (Outcome r = mem_.Allocate(bytes, &d_firsts); !r.ok) return r;
+    JAXMG_CUDART(rt_, cudaMemcpyAsync(d_firsts, firsts.data(), bytes, cuda::cudaMemcpyHostToDevice,
+                                      stream_));
+    if (Outcome r = cusolvermp::SumOverGrid(libs_, d_firsts, bytes, Dtype::kF64, comm_, stream_);
+        !r.ok)
+      return r;
+    JAXMG_CUDART(rt_, cudaMemcpyAsync(firsts.data(), d_firsts, bytes,
+                                      cuda::cudaMemcpyDeviceToHost, stream_));
+    JAXMG_CUDART(rt_, cudaStreamSynchronize(stream_));
+    const double lowest = *std::min_element(firsts.begin(), firsts.end());
+    if (lowest <= static_cast<double>(n_)) *info = static_cast<int>(lowest);
     return {};
   }
 

@@ -174,6 +174,7 @@ Outcome CallMemory::Info(int** out) {
     if (Outcome r = Allocate(sizeof(int), &memory); !r.ok) return r;
     info_ = static_cast<int*>(memory);
   }
+  JAXMG_CUDART(rt_, cudaMemsetAsync(info_, 0, sizeof(int), stream_));
   *out = info_;
   return {};
 }

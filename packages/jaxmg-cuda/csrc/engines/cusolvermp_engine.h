@@ -60,7 +60,9 @@ class CallMemory {
       : rt_(rt), stream_(stream), ordinal_(ordinal), scratch_(std::move(scratch)) {}
 
   Outcome Allocate(size_t bytes, void** out);
-  // The library's info (device memory), allocated on first use.
+  // The library's info (device memory), allocated on first use and set to 0 each time it is
+  // handed out: cuSOLVERMp writes it only where a routine fails (docs/gpu.md), so a call that
+  // succeeds leaves what was there.
   Outcome Info(int** out);
   // The info the last library call wrote, on the host (synchronises the stream).
   Outcome ReadInfo(int* info);

@@ -68,10 +68,12 @@ def _mp_gpu(caller: str):
         "solve with A^T or A^H (lu_solve with trans=1 or 2, and derivatives through lu_solve)",
     )
 
+    solve = wrappers["getrs"]
+
     def getrs(*args, trans="N", **kwargs):
         if trans != "N":
             transposed()
-        return wrappers["getrs"](*args, trans=trans, **kwargs)
+        return solve(*args, trans=trans, **kwargs)
 
     wrappers.update(potri=inverse, potri_factored=inverse, getrs=getrs)
     return types.SimpleNamespace(solves_transposed=False, **wrappers)

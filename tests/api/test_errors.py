@@ -401,7 +401,6 @@ def test_gpu_mp_getrs_solves_with_a_and_refuses_its_transposes(monkeypatch):
     """Backend "mp" on GPUs: ``trans="N"`` reaches cuSOLVERMp's getrs once (the wrapper once
     called itself, a RecursionError on the first H100 run); ``"T"`` and ``"C"`` are refused."""
     import jaxmg_cuda.mp
-
     from jaxmg import _native
 
     calls = []

@@ -53,7 +53,9 @@
 //      samples (mp_gels.c) set d_info to 0 before the call, so every routine here writes d_info
 //      only where it fails. Getrf of a matrix whose U(256, 256) is exactly zero (N = 256, tiles
 //      of 8) said 8, not LAPACK's 256: here info > 0 is the index within its tile, the one
-//      reading that fits what was seen; nothing should depend on more than info > 0.
+//      reading that fits what was seen; nothing should depend on more than info > 0. Potrf of
+//      a matrix that is not positive definite (N = 256, tiles of 8, A(129, 129) = -1, in a
+//      process with no call before) returned CUSOLVER_STATUS_INTERNAL_ERROR, not an info.
 //  [E] the emulator's own limits, all jaxmg needs: one communicator over the whole MPI job
 //      (nranks == MPI world size, rank == MPI world rank, so the grid's processes are the
 //      job's), IA = JA = IB = JB = IQ = JQ = 1, uplo = LOWER, ncclFloat32/ncclFloat64 with
@@ -958,8 +960,9 @@ cusolverStatus_t cusolverMpPotrf_bufferSize(cusolverMpHandle_t h, cublasFillMode
   return kSuccess;
 }
 
-// A = L L^H, L into A's lower triangle; info > 0: the leading minor of that order is not
-// positive definite.
+// A = L L^H, L into A's lower triangle. A matrix that is not positive definite fails the call
+// with CUSOLVER_STATUS_INTERNAL_ERROR and info unwritten [G]; A then holds ScaLAPACK's partial
+// factor, which nothing may rely on.
 cusolverStatus_t cusolverMpPotrf(cusolverMpHandle_t h, cublasFillMode_t uplo, int64_t n, void* a,
                                  int64_t ia, int64_t ja, cusolverMpMatrixDescriptor_t desc_a,
                                  cudaDataType type, void* d_work, size_t d_bytes, void* h_work,
@@ -976,8 +979,8 @@ cusolverStatus_t cusolverMpPotrf(cusolverMpHandle_t h, cublasFillMode_t uplo, in
   Int status = 0, in = static_cast<Int>(n), one = 1;
   Sym<void (*)(const char*, const Int*, void*, const Int*, const Int*, const Int*, Int*)>(
       "p" + Prefix(type) + "potrf_")("L", &in, local.data(), &one, &one, d->desc, &status);
-  call.Finish({{a, Trimmed(std::move(local), *d)}, {info, InfoBytes(status)}});
-  return kSuccess;
+  call.Finish({{a, Trimmed(std::move(local), *d)}, {info, InfoBytes(status < 0 ? status : 0)}});
+  return status > 0 ? kInternalError : kSuccess;
 }
 
 cusolverStatus_t cusolverMpPotrs_bufferSize(cusolverMpHandle_t h, cublasFillMode_t uplo, int64_t n,

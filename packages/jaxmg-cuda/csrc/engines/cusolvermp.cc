@@ -179,9 +179,19 @@ class Call {
             });
             !r.ok)
           return r;
-        JAXMG_CUSOLVERMP(
-            libs_, cusolverMpPotrf(handle_, lower, n_, a, 1, 1, desc_a_, type_, mem_.device(),
-                                   mem_.device_bytes(), mem_.host(), mem_.host_bytes(), d_info));
+        const int potrf =
+            libs_->mp.cusolverMpPotrf(handle_, lower, n_, a, 1, 1, desc_a_, type_, mem_.device(),
+                                      mem_.device_bytes(), mem_.host(), mem_.host_bytes(), d_info);
+        if (potrf == cuda::CUSOLVER_STATUS_INTERNAL_ERROR)
+          return Outcome::Fail(
+              "cusolverMpPotrf failed with CUSOLVER_STATUS_INTERNAL_ERROR, which cuSOLVERMp 0.8.0 "
+              "answers for a matrix that is not positive definite (docs/gpu.md) instead of "
+              "LAPACK's info: A is not positive definite, or the library failed, and which one "
+              "cannot be told here; backend 'mg' returns the order of the failing minor as the "
+              "status");
+        if (potrf != 0)
+          return Outcome::Fail(std::string("cusolverMpPotrf failed: ") + CusolverStatusName(potrf) +
+                               " (" + std::to_string(potrf) + ")");
         return mem_.ReadInfo(info);
       }
       case Step::kPotrs: {
@@ -256,15 +266,15 @@ class Call {
   // vector; one sum over the communicator gives every process all of them.
   Outcome FirstZeroPivot(const void* a, int* info) {
     std::vector<char> local(o_.a->size_bytes());
-    JAXMG_CUDART(rt_, cudaMemcpyAsync(local.data(), a, local.size(), cuda::cudaMemcpyDeviceToHost,
-                                      stream_));
+    JAXMG_CUDART(
+        rt_, cudaMemcpyAsync(local.data(), a, local.size(), cuda::cudaMemcpyDeviceToHost, stream_));
     JAXMG_CUDART(rt_, cudaStreamSynchronize(stream_));
     const size_t parts = esize_ / RealElementSize(dtype_);  // 2 for complex
     const bool single = RealElementSize(dtype_) == sizeof(float);
     auto is_zero = [&](const char* p) {
       for (size_t k = 0; k < parts; ++k) {
-        const double v = single ? reinterpret_cast<const float*>(p)[k]
-                                : reinterpret_cast<const double*>(p)[k];
+        const double v =
+            single ? reinterpret_cast<const float*>(p)[k] : reinterpret_cast<const double*>(p)[k];
         if (v != 0) return false;
       }
       return true;
@@ -289,8 +299,8 @@ class Call {
     if (Outcome r = cusolvermp::SumOverGrid(libs_, d_firsts, bytes, Dtype::kF64, comm_, stream_);
         !r.ok)
       return r;
-    JAXMG_CUDART(rt_, cudaMemcpyAsync(firsts.data(), d_firsts, bytes,
-                                      cuda::cudaMemcpyDeviceToHost, stream_));
+    JAXMG_CUDART(rt_, cudaMemcpyAsync(firsts.data(), d_firsts, bytes, cuda::cudaMemcpyDeviceToHost,
+                                      stream_));
     JAXMG_CUDART(rt_, cudaStreamSynchronize(stream_));
     const double lowest = *std::min_element(firsts.begin(), firsts.end());
     if (lowest <= static_cast<double>(n_)) *info = static_cast<int>(lowest);

@@ -105,8 +105,8 @@ def load_mp(caller: str, platform: str) -> None:
         )
     if platform == "gpu" and os.environ.get(_processes.GPU_MULTIPROCESS_ENV) != "1":
         raise NotImplementedError(
-            f"{caller}: backend='mp' on GPUs (cuSOLVERMp over NCCL) is built but has not yet run "
-            "on GPU hardware, so it is off by default: set "
+            f"{caller}: backend='mp' on GPUs (cuSOLVERMp over NCCL) has run on one GPU but not "
+            "yet on several, so it is off by default: set "
             f"{_processes.GPU_MULTIPROCESS_ENV}=1 in every process to try it. On one node "
             "backend='mg' runs; across nodes, jaxmg.gather_to_hosts(A, jaxmg.host_mesh()) "
             "gathers A onto each node to solve there."

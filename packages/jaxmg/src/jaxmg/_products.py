@@ -1,4 +1,5 @@
-"""Products of sharded matrices that never hold a whole ``K x K`` matrix on one device.
+"""Products of sharded matrices, and triangular solves with them, that never hold a whole
+``K x K`` matrix on one device.
 
 XLA's partitioner computes a Gram matrix ``X^H X`` of a row-sharded ``X`` as a full ``K x K``
 partial sum on every device followed by an all-reduce, and ``X G`` by gathering ``G``: for a
@@ -8,7 +9,10 @@ one block in flight. They run inside ``jax.shard_map`` on the local blocks of ``
 rows ``P(axis, None)`` (``x``: ``[M/p, K]``) or by columns ``P(None, axis)`` (``x``:
 ``[M, K/p]``), ``K`` divisible by the ``p`` devices of ``axis``.
 
-Used by the Newton-Schulz polish of the singular vectors (:mod:`jaxmg._decompositions`).
+Used by the Newton-Schulz polish of the singular vectors (:mod:`jaxmg._svd`) and by
+CholeskyQR (:mod:`jaxmg._qr`): its Gram matrices and its ``X R^{-1}``
+(:func:`right_triangular_solve`, a blocked triangular solve that sends one block of ``R`` or of
+the solution at a time).
 """
 
 from __future__ import annotations
@@ -34,6 +38,14 @@ def _shift(p, by):
     return [(j, (j + by) % p) for j in range(p)]
 
 
+def _after(value, earlier):
+    """``value``, computed only once ``earlier`` is: ``0 * earlier[0, 0]`` is added (nothing
+    changes unless ``earlier`` is NaN already). Without it XLA may run every step's
+    communication and product at once, holding a block per step instead of one in flight (it
+    combines independent all-reduces, and moves independent work ahead)."""
+    return value + 0 * earlier[:1, :1].astype(value.dtype)
+
+
 def _columns(x, block, width):
     return lax.dynamic_slice_in_dim(x, block * width, width, axis=1)
 
@@ -54,7 +66,7 @@ def gram_by_rows(x, y, axis, p):
     acc = _mm(_h(_columns(x, (me - 1) % p, width)), y)
     for step in range(1, p):
         acc = lax.ppermute(acc, axis, _shift(p, 1))
-        acc = acc + _mm(_h(_columns(x, (me - step - 1) % p, width)), y)
+        acc = acc + _mm(_h(_after(_columns(x, (me - step - 1) % p, width), acc)), y)
     return acc
 
 
@@ -64,7 +76,7 @@ def times_by_rows(x, g, axis, p):
     width = x.shape[1] // p
     out = _mm(_columns(x, me, width), g)
     for step in range(1, p):
-        g = lax.ppermute(g, axis, _shift(p, -1))  # now block me + step
+        g = lax.ppermute(_after(g, out), axis, _shift(p, -1))  # now block me + step
         out = out + _mm(_columns(x, (me + step) % p, width), g)
     return out
 
@@ -80,7 +92,7 @@ def gram_by_columns(x, y, axis, p):
     out = jnp.zeros((p * width, y.shape[1]), jnp.result_type(x, y))
     for step in range(p):
         if step:
-            x = lax.ppermute(x, axis, _shift(p, -1))  # now block me + step
+            x = lax.ppermute(_after(x, out), axis, _shift(p, -1))  # now block me + step
         block = _mm(_h(x), y)
         out = lax.dynamic_update_slice_in_dim(out, block, ((me + step) % p) * width, axis=0)
     return out
@@ -93,7 +105,7 @@ def times_by_columns(x, g, axis, p):
     width = x.shape[1]
     out = _mm(x, _rows(g, me, width))
     for step in range(1, p):
-        x = lax.ppermute(x, axis, _shift(p, -1))  # now block me + step
+        x = lax.ppermute(_after(x, out), axis, _shift(p, -1))  # now block me + step
         out = out + _mm(x, _rows(g, (me + step) % p, width))
     return out
 
@@ -138,6 +150,43 @@ def newton_schulz(x, keep, mesh, spec, steps=2):
     )(x, keep)
 
 
+def times(x, g, mesh, spec):
+    """``X G`` for ``X`` ``[M, K]`` and ``G`` ``[K, N2]`` both sharded as ``spec`` (by rows or
+    by columns, ``K`` and the sharded dimensions divisible by the devices); the result sharded
+    the same way."""
+    axis, by_rows = _axis(spec)
+    p = mesh.shape[axis]
+    body = times_by_rows if by_rows else times_by_columns
+    return jax.shard_map(
+        lambda x, g: body(x, g, axis, p),
+        mesh=mesh,
+        in_specs=(spec, spec),
+        out_specs=spec,
+        check_vma=False,
+    )(x, g)
+
+
+def distance_from_orthonormal(x, mesh, spec):
+    """``max |X^H X - I|`` (replicated) for ``X`` ``[M, K]`` sharded as ``spec``, from the
+    Gram matrix's blocks: no ``K x K`` matrix whole on a device."""
+    axis, by_rows = _axis(spec)
+    p = mesh.shape[axis]
+
+    def body(x):
+        me = lax.axis_index(axis)
+        k = x.shape[1] * (1 if by_rows else p)
+        width = k // p
+        ids = jnp.arange(k, dtype=me.dtype)
+        local = me * width + jnp.arange(width, dtype=me.dtype)
+        if by_rows:
+            gram, eye = gram_by_rows(x, x, axis, p), local[:, None] == ids[None, :]
+        else:
+            gram, eye = gram_by_columns(x, x, axis, p), ids[:, None] == local[None, :]
+        return lax.pmax(jnp.max(jnp.abs(gram - eye.astype(x.dtype))), axis)
+
+    return jax.shard_map(body, mesh=mesh, in_specs=(spec,), out_specs=P(), check_vma=False)(x)
+
+
 def gram(x, y, mesh, spec):
     """``X^H Y`` for ``X``, ``Y`` sharded as ``spec`` (by rows or by columns); the result
     ``[K, K2]`` sharded the same way (by rows: its rows; by columns: its columns)."""
@@ -151,3 +200,65 @@ def gram(x, y, mesh, spec):
         out_specs=spec,
         check_vma=False,
     )(x, y)
+
+
+# --- X T^{-1} for a triangular T sharded like X
+
+
+def _from(block, me, j, axis, earlier):
+    """Device ``j``'s ``block`` on every device of ``axis`` (an all-reduce of one block), sent
+    once ``earlier`` is computed (:func:`_after`)."""
+    return lax.psum(_after(jnp.where(me == j, block, jnp.zeros_like(block)), earlier), axis)
+
+
+def _solve_right(t, b, lower):
+    """``Y`` with ``Y T = B`` for a triangular ``T`` (LAPACK's trsm, right side)."""
+    return lax.linalg.triangular_solve(t, b, left_side=False, lower=lower)
+
+
+def _solve_by_rows(x, t, axis, p, lower):
+    """``X T^{-1}``, local rows of ``X`` ``[M/p, K]`` and row block ``me`` of ``T``
+    ``[K/p, K]``. Block column ``j`` of the solution, ``Y_j = (X_j - sum_i Y_i T_ij) T_jj^{-1}``
+    (``i < j`` for an upper ``T``, ``i > j`` for a lower one), needs row block ``j`` of ``T``:
+    it goes to every device in turn, and each device solves its own rows."""
+    me = lax.axis_index(axis)
+    w = x.shape[1] // p
+    for j in reversed(range(p)) if lower else range(p):
+        t_j = _from(t, me, j, axis, x)  # row block j of T, [w, K]
+        y_j = _solve_right(t_j[:, j * w : (j + 1) * w], x[:, j * w : (j + 1) * w], lower)
+        x = x.at[:, j * w : (j + 1) * w].set(y_j)
+        later = slice(0, j * w) if lower else slice((j + 1) * w, None)
+        x = x.at[:, later].add(-_mm(y_j, t_j[:, later]))
+    return x
+
+
+def _solve_by_columns(x, t, axis, p, lower):
+    """``X T^{-1}``, local columns of ``X`` ``[M, K/p]`` and column block ``me`` of ``T``
+    ``[K, K/p]``: device ``j`` solves ``Y_j`` once every ``Y_i`` it depends on has been
+    subtracted, then sends it to the devices whose blocks depend on it."""
+    me = lax.axis_index(axis)
+    w = x.shape[1]
+    for j in reversed(range(p)) if lower else range(p):
+        rows = slice(j * w, (j + 1) * w)  # T_jj on device j, T_jk on device k
+        x = jnp.where(me == j, _solve_right(t[rows], x, lower), x)
+        y_j = _from(x, me, j, axis, x)
+        depends = (me < j) if lower else (me > j)
+        x = jnp.where(depends, x - _mm(y_j, t[rows]), x)
+    return x
+
+
+def right_triangular_solve(x, t, mesh, spec, lower=False):
+    """``X T^{-1}`` for ``X`` ``[M, K]`` and a triangular ``T`` ``[K, K]`` (upper, or
+    ``lower``), both sharded as ``spec`` (by rows or by columns, ``K`` divisible by the
+    devices); the result sharded as ``X``. Each device holds its blocks and one block in
+    flight; the work is LAPACK's trsm's, shared by the devices."""
+    axis, by_rows = _axis(spec)
+    p = mesh.shape[axis]
+    body = _solve_by_rows if by_rows else _solve_by_columns
+    return jax.shard_map(
+        lambda x, t: body(x, t, axis, p, lower),
+        mesh=mesh,
+        in_specs=(spec, spec),
+        out_specs=spec,
+        check_vma=False,
+    )(x, t)

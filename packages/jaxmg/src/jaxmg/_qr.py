@@ -2,12 +2,12 @@
 Yanagisawa 2020).
 
 Two Cholesky factorisations of shifted Gram matrices ``X^H X + s I`` (``cho_factor``) make
-``Q_2`` well enough conditioned for two plain CholeskyQR steps to finish; each ``A R^{-1}`` is
-one LU solve with ``R^H`` (``lu_solve``). Full column rank ``A`` with ``cond(A)`` up to about
-1e14 in float64 (tested at N = 1024); beyond, a Cholesky factorisation fails, and the status
-says which. Derivatives: JAX's rule for ``jnp.linalg.qr`` (``M >= N``; for ``M < N`` through the
-product ``Q^H A``), ``dA R^{-1}`` as a ``custom_linear_solve`` so that reverse mode can
-transpose it.
+``Q_2`` well enough conditioned for two plain CholeskyQR steps to finish; each ``X R^{-1}`` is
+a blocked triangular solve with the sharded ``R`` (no ``N x N`` matrix whole on a device).
+Full column rank ``A`` with ``cond(A)`` up to about 1e14 in float64 (tested at N = 1024);
+beyond, a Cholesky factorisation fails, and the status says which. Derivatives: JAX's rule for
+``jnp.linalg.qr`` (``M >= N``; for ``M < N`` through the product ``Q^H A``), ``dA R^{-1}`` as a
+``custom_linear_solve`` so that reverse mode can transpose it.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from ._engine_rect import (
     _qr_native,
 )
 from ._glue import (
-    _REPLICATED,
     _engine,
     _engine_qr,
     _finite_status,
@@ -66,13 +65,12 @@ def _cholesky_qr(a, geometry, shift):
     return _right_solve(a, r, geometry), r, factor.status
 
 
-def _right_solve(x, r, geometry):
-    """``X R^{-1}`` as ``(R^{-H} X^H)^H``: one LU solve (backward stable) with the sharded
-    ``R^H``; ``X`` comes back sharded like ``A``."""
-    spec = geometry.spec
-    rh, xh = _glue(geometry, (spec, _REPLICATED), lambda r, x: (_h(r), _h(x)), r, x)
-    y = _factors.lu_solve(rh, xh, mesh=geometry.mesh, in_specs=spec, backend=_engine(geometry))
-    return _glue(geometry, _like_a(geometry, x.shape), _h, y)
+def _right_solve(x, r, geometry, lower=False):
+    """``X R^{-1}`` for a triangular ``R`` (upper, or ``lower``), both sharded like ``A``: a
+    blocked triangular solve (backward stable, as LAPACK's trsm) that moves one block at a
+    time (:func:`jaxmg._products.right_triangular_solve`); ``X`` comes back sharded like
+    ``A``."""
+    return _products.right_triangular_solve(x, r, geometry.mesh, geometry.spec, lower)
 
 
 def _right_solve_linear(x, r, geometry):
@@ -84,7 +82,7 @@ def _right_solve_linear(x, r, geometry):
         lambda y: _glue(geometry, _like_a(geometry, y.shape), _mm, y, r),
         x,
         solve=lambda _, b: _right_solve(b, r, geometry),
-        transpose_solve=lambda _, b: _right_solve(b, rt, geometry),
+        transpose_solve=lambda _, b: _right_solve(b, rt, geometry, lower=True),
     )
 
 
@@ -96,27 +94,21 @@ def _qr_program(geometry, a):
     eps = float(np.finfo(a.dtype).eps)
 
     def shift(x):  # Fukaya et al.'s: 11 (M N + N (N + 1)) ε ||X||_F^2
-        return (11 * (m * n + n * (n + 1)) * eps * jnp.real(jnp.vdot(x, x))).astype(x.dtype)
+        # ||X||_F^2 without flattening X (a reshape of a column-sharded X gathers it)
+        norm2 = jnp.sum(jnp.real(x) ** 2 + jnp.imag(x) ** 2)
+        return (11 * (m * n + n * (n + 1)) * eps * norm2).astype(x.dtype)
 
-    q, factors, statuses = a, [], []
+    q, r, statuses = a, None, []
     for shifted in (True, True, False, False):
         s = _glue(geometry, P(), shift, q) if shifted else None
         q, r_k, st = _cholesky_qr(q, geometry, s)
-        factors.append(r_k)
+        # R = R_4 R_3 R_2 R_1, each product as it comes (a ring product)
+        r = r_k if r is None else _products.times(r_k, r, geometry.mesh, geometry.spec)
         statuses.append(st)
-
-    def product(*rs):  # R = R_4 R_3 R_2 R_1
-        r = rs[0]
-        for r_k in rs[1:]:
-            r = _mm(r_k, r)
-        return jnp.triu(r)
-
-    r = _glue(geometry, _like_a(geometry, (n, n)), product, *factors)
+    r = _glue(geometry, geometry.spec, jnp.triu, r)
     # Dependent columns need not make a factorisation fail (the shift keeps the first Gram
     # matrix positive definite): Q's columns then are not orthonormal, and the status says so.
-    lost = _glue(
-        geometry, P(), lambda q: jnp.max(jnp.abs(_mm(_h(q), q) - jnp.eye(n, dtype=q.dtype))), q
-    )
+    lost = _products.distance_from_orthonormal(q, geometry.mesh, geometry.spec)
     status = jnp.asarray(0, jnp.int32)
     for st in reversed(statuses):  # the first factorisation that failed
         status = jnp.where(st != 0, st, status)

@@ -11,6 +11,8 @@ index math (:class:`BlockCyclic2D`, :func:`numroc`), the relayout (``cyclic_2d_l
 """
 
 import importlib.metadata
+import pathlib
+import tomllib
 
 from ._moves import InPlaceMoves as InPlaceMoves, in_place_moves as in_place_moves
 from ._plan import (
@@ -34,7 +36,15 @@ from ._relayout2d import (
     undo_cyclic_2d_no_shardmap as undo_cyclic_2d_no_shardmap,
 )
 
-try:
-    __version__ = importlib.metadata.version("jaxmg-layout")  # its pyproject.toml, the one source
-except importlib.metadata.PackageNotFoundError:  # a checkout on sys.path, not installed
-    __version__ = "0+checkout"
+
+def _version() -> str:
+    """The version its pyproject.toml, the one source, gives: installed, from the package's
+    metadata; from a checkout on ``sys.path`` (``gpu_validate.py`` runs so), from the file."""
+    try:
+        return importlib.metadata.version("jaxmg-layout")
+    except importlib.metadata.PackageNotFoundError:
+        pyproject = pathlib.Path(__file__).resolve().parents[2] / "pyproject.toml"
+        return tomllib.loads(pyproject.read_text())["project"]["version"]
+
+
+__version__ = _version()

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from . import _api, _products
+from . import _api, _products, _qdwh
 from ._engine_rect import (
     _svd_native,
 )
@@ -137,6 +137,8 @@ def _svd_program(geometry, T_A, full, a):
 def _svd(geometry, T_A, a):
     if _native_mp(geometry):
         return _svd_native(geometry, T_A, a)
+    if _qdwh.applies(geometry, a.shape):
+        return _qdwh.polar_and_svd(geometry, T_A, a)[2:]
     return _svd_program(geometry, T_A, False, a)
 
 
@@ -223,6 +225,12 @@ def _polar_call(geometry, T_A, side, a):
         return u, _placed(p, geometry.mesh, _like_a(geometry, p.shape)), _finite_status(p)
     u_s, s, vh, status = _svd(geometry, T_A, a)
     m, n = a.shape
+    if side == "right" and _qdwh.applies(geometry, a.shape):  # ring products, as U_s and Vh
+        spec, mesh = geometry.spec, geometry.mesh
+        vs = _glue(geometry, spec, lambda vh, s: _h(vh) * s.astype(vh.dtype)[None, :], vh, s)
+        u = _products.times(u_s, vh, mesh, spec)
+        p = _products.times(vs, vh, mesh, spec)
+        return u, _glue(geometry, spec, lambda p: (p + _h(p)) / 2, p), status
     p_shape = (n, n) if side == "right" else (m, m)
     specs = (_like_a(geometry, a.shape), _like_a(geometry, p_shape))
     u, p = _glue(geometry, specs, functools.partial(_polar_factors, side=side), u_s, s, vh)

@@ -3,8 +3,9 @@ jaxmg 1.x's options.
 
 Neither cuSolverMg nor its LAPACK twin has an SVD or a QR, so these are built from what the
 engines do run, with sharded products between the calls, on every backend and platform the
-routines they call run on: the SVD (and ``polar``, ``lstsq``) from the Jordan-Wielandt
-eigenproblem (:mod:`jaxmg._svd`), QR by shifted CholeskyQR (:mod:`jaxmg._qr`), the glue between
+routines they call run on: the SVD (and ``polar``, ``lstsq``) from QDWH's polar decomposition
+(:mod:`jaxmg._qdwh`) or the Jordan-Wielandt eigenproblem (:mod:`jaxmg._svd`), QR by shifted
+CholeskyQR (:mod:`jaxmg._qr`), the glue between
 solver calls in :mod:`jaxmg._glue`. Backend ``"mp"`` runs the engine's own routines instead
 (:mod:`jaxmg._engine_rect`: ScaLAPACK's on CPUs; on GPUs cuSOLVERMp's, for ``qr`` alone;
 ``lstsq`` stays on the SVD because its contract, ``s``, the numerical rank and ``rcond``, is
@@ -66,8 +67,10 @@ def svd(
       device count divides its sharded dimension, else replicated; ``Vh`` likewise), or ``s``;
       the status last with ``return_status``.
 
-    How: the eigenvectors of ``[[0, A], [A^H, 0]]`` (docs/api.md),
-    or ScaLAPACK's ``p?gesvd`` with backend ``"mp"`` on CPUs (``full_matrices=False``);
+    How (docs/api.md): for ``M >= N`` with ``N`` divisible by the devices
+    (``full_matrices=False``), the polar decomposition by QDWH and the eigenpairs of its
+    Hermitian factor; otherwise the eigenvectors of ``[[0, A], [A^H, 0]]``; with backend
+    ``"mp"`` on CPUs ScaLAPACK's ``p?gesvd`` (``full_matrices=False``);
     singular values to ``O(ε ||A||)`` whatever the condition number. Singular vectors of
     singular values below ``ε ||A||`` (a rank-deficient ``A``) are not determined and need not
     be orthonormal. Derivatives (``full_matrices=False``): JAX's rule for distinct singular
@@ -169,8 +172,8 @@ def polar(
     1.x's (:func:`jaxmg.gesvd`). Returns ``(U, P)`` or ``U`` (and the status), sharded as ``A``
     where the device count divides the sharded dimension.
 
-    From the SVD: ``U = U_s Vh``, ``P = V diag(s) Vh`` (right). Derivatives through the SVD's:
-    distinct singular values.
+    From the SVD (:func:`svd`'s routes): ``U = U_s Vh``, ``P = V diag(s) Vh`` (right).
+    Derivatives through the SVD's: distinct singular values.
     """
     caller = "jaxmg.polar"
     _validate.keyword_only(caller, positional, "side or return_status, e.g. side='left'")

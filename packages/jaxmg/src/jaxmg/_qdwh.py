@@ -38,7 +38,7 @@ from jax import lax
 
 from . import _api, _factors, _products
 from ._glue import _engine, _glue, _h
-from ._qr import _qr_program, _upper_factor
+from ._qr import _orthonormal_factor, _upper_factor
 
 #: Iterations with ``c`` above this are QR-based (Nakatsukasa, Higham 2013's threshold).
 _QR_ABOVE = 100.0
@@ -106,7 +106,9 @@ def _qr_step(geometry, x, a, b, c):
         return jnp.concatenate([root * x, _local_identity(n, geometry, x.dtype)], axis=0)
 
     y = _map(geometry, stack, x)
-    q, _, status = _qr_program(geometry, y)
+    # cond(Y) <= sqrt(c): CholeskyQR2 below ε^{-1/2} / 100, shifted CholeskyQR3 above
+    plain = root < 0.01 / math.sqrt(float(np.finfo(x.dtype).eps))
+    q, status = _orthonormal_factor(geometry, y, (False, False) if plain else (True, False, False))
     split = m // p if rows else m
 
     q1 = _map(geometry, lambda q: q[:split], q)

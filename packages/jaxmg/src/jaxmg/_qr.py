@@ -86,10 +86,9 @@ def _right_solve_linear(x, r, geometry):
     )
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _qr_program(geometry, a):
-    """``(Q, R, status)`` of ``a`` (``M >= N``): two shifted CholeskyQR steps, then two plain
-    ones (shifted CholeskyQR3 with one more shifted step, for the largest ``N``)."""
+def _steps(geometry, a, shifted, with_r):
+    """CholeskyQR steps on ``a``, shifted where ``shifted`` says: ``(Q, R or None, [status of
+    each step])``, ``R = R_k ... R_1`` (each product as it comes, a ring product)."""
     m, n = a.shape
     eps = float(np.finfo(a.dtype).eps)
 
@@ -99,12 +98,34 @@ def _qr_program(geometry, a):
         return (11 * (m * n + n * (n + 1)) * eps * norm2).astype(x.dtype)
 
     q, r, statuses = a, None, []
-    for shifted in (True, True, False, False):
-        s = _glue(geometry, P(), shift, q) if shifted else None
+    for step_shifted in shifted:
+        s = _glue(geometry, P(), shift, q) if step_shifted else None
         q, r_k, st = _cholesky_qr(q, geometry, s)
-        # R = R_4 R_3 R_2 R_1, each product as it comes (a ring product)
-        r = r_k if r is None else _products.times(r_k, r, geometry.mesh, geometry.spec)
+        if with_r:
+            r = r_k if r is None else _products.times(r_k, r, geometry.mesh, geometry.spec)
         statuses.append(st)
+    return q, r, statuses
+
+
+@functools.partial(jax.jit, static_argnums=(0, 2))
+def _orthonormal_factor(geometry, a, shifted):
+    """``(Q, status)`` of ``a`` by the CholeskyQR steps ``shifted`` names (``(True, False,
+    False)``: shifted CholeskyQR3, any condition number below ``1 / ε``; ``(False, False)``:
+    CholeskyQR2, below about ``ε^{-1/2}``), without ``R``; the status is the first failed
+    step's."""
+    q, _, statuses = _steps(geometry, a, shifted, with_r=False)
+    status = jnp.asarray(0, jnp.int32)
+    for st in reversed(statuses):
+        status = jnp.where(st != 0, st, status)
+    return q, status
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _qr_program(geometry, a):
+    """``(Q, R, status)`` of ``a`` (``M >= N``): two shifted CholeskyQR steps, then two plain
+    ones (shifted CholeskyQR3 with one more shifted step, for the largest ``N``)."""
+    n = a.shape[1]
+    q, r, statuses = _steps(geometry, a, (True, True, False, False), with_r=True)
     r = _glue(geometry, geometry.spec, jnp.triu, r)
     # Dependent columns need not make a factorisation fail (the shift keeps the first Gram
     # matrix positive definite): Q's columns then are not orthonormal, and the status says so.

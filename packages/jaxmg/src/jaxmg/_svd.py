@@ -1,6 +1,8 @@
-"""The SVD of a sharded matrix as the Hermitian eigenproblem of the Jordan-Wielandt matrix
-``B = [[0, A], [A^H, 0]]`` (``syevd`` of ``M + N`` columns), and ``polar`` and ``lstsq`` from
-it.
+"""The SVD of a sharded matrix, and ``polar`` and ``lstsq`` from it: by QDWH's polar
+decomposition and ``syevd`` of its Hermitian factor (:mod:`jaxmg._qdwh`) for ``M >= N`` with
+``N`` divisible by the devices and reduced factors; otherwise (``M < N``, such an ``N``, or
+``full_matrices=True``) as the Hermitian eigenproblem of the Jordan-Wielandt matrix ``B = [[0,
+A], [A^H, 0]]`` (``syevd`` of ``M + N`` columns).
 
 ``B``'s eigenvalues are ``±σ_i`` (and ``|M - N|`` zeros), the eigenvector of ``+σ_i`` is ``(u_i;
 v_i) / sqrt(2)``. ``syevd`` is backward stable, so the singular values carry LAPACK's absolute
@@ -10,7 +12,8 @@ the vectors. The price: ``8x`` the eigensolver's work of an ``N x N`` problem, a
 ``(M + N)^2`` elements. ``polar``: ``U = U_s Vh``, ``H = V diag(s) Vh``; ``lstsq``: the
 pseudo-inverse, singular values below ``rcond * s[0]`` dropped (``jnp.linalg.lstsq``'s rule).
 Derivatives: JAX's rule for distinct singular values (``full_matrices=False``), written with
-sharded products; ``polar`` and ``lstsq`` differentiate through it.
+sharded products, whichever route made the SVD; ``polar`` and ``lstsq`` differentiate through
+it.
 """
 
 from __future__ import annotations

@@ -150,20 +150,26 @@ def newton_schulz(x, keep, mesh, spec, steps=2):
     )(x, keep)
 
 
+def _on_blocks(by_rows, by_columns, mesh, spec, *arrays, **options):
+    """``by_rows`` (or ``by_columns``, as ``spec`` shards) on each device's blocks of
+    ``arrays``, all sharded as ``spec``, and so is the result: ``body(*blocks, axis, p,
+    **options)`` inside ``jax.shard_map``."""
+    axis, rows = _axis(spec)
+    body = by_rows if rows else by_columns
+    return jax.shard_map(
+        lambda *blocks: body(*blocks, axis, mesh.shape[axis], **options),
+        mesh=mesh,
+        in_specs=(spec,) * len(arrays),
+        out_specs=spec,
+        check_vma=False,
+    )(*arrays)
+
+
 def times(x, g, mesh, spec):
     """``X G`` for ``X`` ``[M, K]`` and ``G`` ``[K, N2]`` both sharded as ``spec`` (by rows or
     by columns, ``K`` and the sharded dimensions divisible by the devices); the result sharded
     the same way."""
-    axis, by_rows = _axis(spec)
-    p = mesh.shape[axis]
-    body = times_by_rows if by_rows else times_by_columns
-    return jax.shard_map(
-        lambda x, g: body(x, g, axis, p),
-        mesh=mesh,
-        in_specs=(spec, spec),
-        out_specs=spec,
-        check_vma=False,
-    )(x, g)
+    return _on_blocks(times_by_rows, times_by_columns, mesh, spec, x, g)
 
 
 def distance_from_orthonormal(x, mesh, spec):
@@ -190,16 +196,7 @@ def distance_from_orthonormal(x, mesh, spec):
 def gram(x, y, mesh, spec):
     """``X^H Y`` for ``X``, ``Y`` sharded as ``spec`` (by rows or by columns); the result
     ``[K, K2]`` sharded the same way (by rows: its rows; by columns: its columns)."""
-    axis, by_rows = _axis(spec)
-    p = mesh.shape[axis]
-    body = gram_by_rows if by_rows else gram_by_columns
-    return jax.shard_map(
-        lambda x, y: body(x, y, axis, p),
-        mesh=mesh,
-        in_specs=(spec, spec),
-        out_specs=spec,
-        check_vma=False,
-    )(x, y)
+    return _on_blocks(gram_by_rows, gram_by_columns, mesh, spec, x, y)
 
 
 # --- X T^{-1} for a triangular T sharded like X
@@ -252,13 +249,4 @@ def right_triangular_solve(x, t, mesh, spec, lower=False):
     ``lower``), both sharded as ``spec`` (by rows or by columns, ``K`` divisible by the
     devices); the result sharded as ``X``. Each device holds its blocks and one block in
     flight; the work is LAPACK's trsm's, shared by the devices."""
-    axis, by_rows = _axis(spec)
-    p = mesh.shape[axis]
-    body = _solve_by_rows if by_rows else _solve_by_columns
-    return jax.shard_map(
-        lambda x, t: body(x, t, axis, p, lower),
-        mesh=mesh,
-        in_specs=(spec, spec),
-        out_specs=spec,
-        check_vma=False,
-    )(x, t)
+    return _on_blocks(_solve_by_rows, _solve_by_columns, mesh, spec, x, t, lower=lower)

@@ -38,7 +38,7 @@ from jax import lax
 
 from . import _api, _factors, _products
 from ._glue import _engine, _glue, _h
-from ._qr import _orthonormal_factor, _upper_factor
+from ._qr import _frobenius2, _orthonormal_factor, _upper_factor
 
 #: Iterations with ``c`` above this are QR-based (Nakatsukasa, Higham 2013's threshold).
 _QR_ABOVE = 100.0
@@ -61,12 +61,12 @@ def weights(eps: float) -> list[tuple[float, float, float]]:
     return out
 
 
-def applies(geometry, shape, full: bool = False) -> bool:
-    """Whether the QDWH route runs: ``M >= N``, ``N`` divisible by the devices (its ``N x N``
-    matrices are factored by ``cho_factor`` over them), the 1D forms, reduced factors."""
+def applies(geometry, shape) -> bool:
+    """Whether the QDWH route runs (for reduced factors): ``M >= N``, ``N`` divisible by the
+    devices (its ``N x N`` matrices are factored by ``cho_factor`` over them), the 1D forms."""
     m, n = shape
     return (
-        not full and geometry.form in ("rows", "cols") and m >= n and n % geometry.ndev == 0
+        geometry.form in ("rows", "cols") and m >= n and n % geometry.ndev == 0
         and (geometry.form == "cols" or m % geometry.ndev == 0)
     )  # fmt: skip
 
@@ -152,11 +152,6 @@ def polar_unitary(geometry, a):
         status = jnp.where(status == 0, st, status)
     x = jnp.where(status == 0, x, jnp.asarray(jnp.nan, x.dtype))
     return x, status
-
-
-def _frobenius2(a):
-    """``||A||_F^2`` without flattening ``A`` (a reshape of a column-sharded ``A`` gathers it)."""
-    return jnp.sum(jnp.real(a) ** 2 + jnp.imag(a) ** 2)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))

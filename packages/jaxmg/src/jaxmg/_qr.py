@@ -46,6 +46,11 @@ def _upper_factor(f, form):
     return jnp.conj(r) if form == "cols" else r
 
 
+def _frobenius2(a):
+    """``||A||_F^2`` without flattening ``A`` (a reshape of a column-sharded ``A`` gathers it)."""
+    return jnp.sum(jnp.real(a) ** 2 + jnp.imag(a) ** 2)
+
+
 def _cholesky_qr(a, geometry, shift):
     """``Q = A R^{-1}``, ``R`` and the factorisation's status, ``R^H R = A^H A + shift I``."""
     n = a.shape[1]
@@ -93,9 +98,7 @@ def _steps(geometry, a, shifted, with_r):
     eps = float(np.finfo(a.dtype).eps)
 
     def shift(x):  # Fukaya et al.'s: 11 (M N + N (N + 1)) ε ||X||_F^2
-        # ||X||_F^2 without flattening X (a reshape of a column-sharded X gathers it)
-        norm2 = jnp.sum(jnp.real(x) ** 2 + jnp.imag(x) ** 2)
-        return (11 * (m * n + n * (n + 1)) * eps * norm2).astype(x.dtype)
+        return (11 * (m * n + n * (n + 1)) * eps * _frobenius2(x)).astype(x.dtype)
 
     q, r, statuses = a, None, []
     for step_shifted in shifted:

@@ -133,6 +133,12 @@ def _native_mp(geometry):
     return engine_relays_blocks(geometry)
 
 
+def _engine_inverts(geometry):
+    """Whether the engine has ``potri``: all but backend ``"mp"`` on GPUs (cuSOLVERMp has no
+    inverse)."""
+    return not (geometry.backend == "mp" and geometry.platform == "gpu")
+
+
 def _engine_qr(geometry):
     """Whether the engine's own QR (and least squares of full rank) runs: backend ``"mp"``,
     ScaLAPACK's p?geqrf + p?orgqr and p?gels on CPUs, cuSOLVERMp's Geqrf + Orgqr and Gels on

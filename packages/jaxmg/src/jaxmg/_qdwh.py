@@ -8,12 +8,13 @@ sequence is fixed before the program runs: from ``l_0 = ε`` (the matrix's condi
 not known; every singular value above ``ε ||A||_F`` converges) about six iterations reach
 ``l = 1`` in float64. While ``c > 100`` an iteration is the QR-based one, which is stable at any
 condition number: ``[sqrt(c) X; I] = [Q_1; Q_2] R`` and ``X <- (b / c) X + (a - b / c) / sqrt(c)
-Q_1 Q_2^H``; after, the Cholesky-based one, ``W^H W = I + c X^H X`` and ``X <- (b / c) X + (a -
-b / c) X W^{-1} W^{-H}``, which is stable there (Nakatsukasa, Higham 2013). Everything is
-sharded like ``A``: the QR is :mod:`jaxmg._qr`'s CholeskyQR of the stacked matrix (each device
-stacks its own rows of ``X`` and of ``I``: a row permutation, which changes neither ``R`` nor
-``Q_1 Q_2^H``), the Cholesky factorisations are ``cho_factor``'s, the products and triangular
-solves are the ring ones of :mod:`jaxmg._products`.
+Q_1 Q_2^H``; after, the Cholesky-based one, ``X <- (b / c) X + (a - b / c) X (I + c X^H
+X)^{-1}``, which is stable there (Nakatsukasa, Higham 2013). Everything is sharded like ``A``:
+the QR is :mod:`jaxmg._qr`'s CholeskyQR2, or shifted CholeskyQR3 where that is not enough, of
+the stacked matrix (each device stacks its own rows of ``X`` and of ``I``: a row permutation,
+which changes neither ``R`` nor ``Q_1 Q_2^H``; its first Gram matrix is ``c X^H X + I``, made
+from ``X``); the inverse is ``potri``'s; the products and triangular solves are the ring ones
+of :mod:`jaxmg._products`.
 
 The SVD is then ``H = V diag(s) V^H`` by ``syevd`` (``N x N``, Hermitian) and ``A = (U V)
 diag(s) V^H``, as JAX's own TPU ``svd`` does on one device (``jax/_src/tpu/linalg/svd.py``): an
@@ -37,8 +38,8 @@ import numpy as np
 from jax import lax
 
 from . import _api, _factors, _products
-from ._glue import _engine, _glue, _h
-from ._qr import _frobenius2, _orthonormal_factor, _upper_factor
+from ._glue import _engine, _engine_inverts, _glue, _h
+from ._qr import _frobenius2, _upper_factor, orthonormal_factor
 
 #: Iterations with ``c`` above this are QR-based (Nakatsukasa, Higham 2013's threshold).
 _QR_ABOVE = 100.0
@@ -105,10 +106,17 @@ def _qr_step(geometry, x, a, b, c):
     def stack(x):  # this device's rows of sqrt(c) X over its rows of I (by rows), or [.; .]
         return jnp.concatenate([root * x, _local_identity(n, geometry, x.dtype)], axis=0)
 
-    y = _map(geometry, stack, x)
-    # cond(Y) <= sqrt(c): CholeskyQR2 below ε^{-1/2} / 100, shifted CholeskyQR3 above
+    def stacked(x):  # Y and Y^H Y = c X^H X + I: half the work of Y's own Gram matrix
+        g = _products.gram(x, x, geometry.mesh, geometry.spec)
+        g = _glue(geometry, geometry.spec, lambda g: c * g + jnp.eye(n, dtype=g.dtype), g)
+        return _map(geometry, stack, x), g
+
+    # cond(Y) <= sqrt(c): CholeskyQR2 below ε^{-1/2} / 100; above, where it is not enough
+    # (cond(Y) is also at most cond(A)), shifted CholeskyQR3. Y is made from X where it is used
+    # (X is kept for the update, Y would be two blocks more).
     plain = root < 0.01 / math.sqrt(float(np.finfo(x.dtype).eps))
-    q, status = _orthonormal_factor(geometry, y, (False, False) if plain else (True, False, False))
+    shifted = (False, False) if plain else (True, False, False)
+    q, status = orthonormal_factor(geometry, x, shifted, stacked)
     split = m // p if rows else m
 
     q1 = _map(geometry, lambda q: q[:split], q)
@@ -120,20 +128,29 @@ def _qr_step(geometry, x, a, b, c):
     return x, status
 
 
-def _cholesky_step(geometry, x, a, b, c):
-    """``(b / c) X + (a - b / c) X W^{-1} W^{-H}`` with ``W^H W = I + c X^H X``."""
+def _cholesky_step(geometry, x, a, b, c, inverse=None):
+    """``(b / c) X + (a - b / c) X Z^{-1}`` with ``Z = I + c X^H X``. Here ``c <= 100``, so
+    ``cond(Z) <= 101``: ``Z^{-1}`` itself (``potri``) and one ring product are as accurate as
+    the two triangular solves with ``Z``'s Cholesky factor ``W^H W``, and on CPUs cheaper. The
+    solves run where the engine has no inverse (backend ``"mp"`` on GPUs), or with
+    ``inverse=False``."""
     n = x.shape[1]
-    spec = geometry.spec
-    g = _products.gram(x, x, geometry.mesh, spec)
+    spec, mesh = geometry.spec, geometry.mesh
+    g = _products.gram(x, x, mesh, spec)
     z = _glue(geometry, spec, lambda g: c * g + jnp.eye(n, dtype=g.dtype), g)
-    factor = _factors.cho_factor(
-        z, T_A=n // geometry.ndev, mesh=geometry.mesh, in_specs=spec, backend=_engine(geometry)
-    )
-    w = _glue(geometry, spec, functools.partial(_upper_factor, form=geometry.form), factor.factor)
-    y = _products.right_triangular_solve(x, w, geometry.mesh, spec)
-    y = _products.right_triangular_solve(y, _adjoint(geometry, w), geometry.mesh, spec, lower=True)
+    options = dict(T_A=n // geometry.ndev, mesh=mesh, in_specs=spec, backend=_engine(geometry))
+    if _engine_inverts(geometry) if inverse is None else inverse:
+        z_inv, status = _api.potri(z, return_status=True, **options)
+        y = _products.times(x, z_inv, mesh, spec)
+    else:
+        factor = _factors.cho_factor(z, **options)
+        upper = functools.partial(_upper_factor, form=geometry.form)
+        w = _glue(geometry, spec, upper, factor.factor)
+        y = _products.right_triangular_solve(x, w, mesh, spec)
+        y = _products.right_triangular_solve(y, _adjoint(geometry, w), mesh, spec, lower=True)
+        status = factor.status
     x = _glue(geometry, spec, lambda x, y: (b / c) * x + (a - b / c) * y, x, y)
-    return x, factor.status
+    return x, status
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -154,14 +171,21 @@ def polar_unitary(geometry, a):
     return x, status
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def polar(geometry, a):
+    """``(U_p, H, status)``: the polar factors of ``a`` (:func:`applies`), ``H = U_p^H A`` made
+    Hermitian, both sharded like ``a``."""
+    u_p, status = polar_unitary(geometry, a)
+    h = _products.gram(u_p, a, geometry.mesh, geometry.spec)
+    return u_p, _glue(geometry, geometry.spec, lambda h: (h + _h(h)) / 2, h), status
+
+
 @functools.partial(jax.jit, static_argnums=(0, 1))
 def polar_and_svd(geometry, T_A, a):
-    """``(U_p, H, U, s, Vh, status)`` of ``a``: its polar factors (``H = U_p^H A``, made
-    Hermitian) and its SVD from ``H``'s eigenpairs (``s`` descending)."""
+    """``(U_p, H, U, s, Vh, status)`` of ``a``: its polar factors (:func:`polar`) and its SVD
+    from ``H``'s eigenpairs (``s`` descending)."""
     spec = geometry.spec
-    u_p, status = polar_unitary(geometry, a)
-    h = _products.gram(u_p, a, geometry.mesh, spec)
-    h = _glue(geometry, spec, lambda h: (h + _h(h)) / 2, h)
+    u_p, h, status = polar(geometry, a)
     w, v, st = _api.syevd(
         h, T_A=T_A, mesh=geometry.mesh, in_specs=spec, return_status=True, backend=_engine(geometry)
     )

@@ -1,13 +1,16 @@
-"""QR of a sharded matrix by shifted CholeskyQR (Fukaya, Kannan, Nakatsukasa, Yamamoto,
+"""QR of a sharded matrix by CholeskyQR2 (Yamamoto, Nakatsukasa, Yanagisawa, Fukaya 2015)
+where it is enough, else by shifted CholeskyQR (Fukaya, Kannan, Nakatsukasa, Yamamoto,
 Yanagisawa 2020).
 
-Two Cholesky factorisations of shifted Gram matrices ``X^H X + s I`` (``cho_factor``) make
-``Q_2`` well enough conditioned for two plain CholeskyQR steps to finish; each ``X R^{-1}`` is
-a blocked triangular solve with the sharded ``R`` (no ``N x N`` matrix whole on a device).
-Full column rank ``A`` with ``cond(A)`` up to about 1e14 in float64 (tested at N = 1024);
-beyond, a Cholesky factorisation fails, and the status says which. Derivatives: JAX's rule for
-``jnp.linalg.qr`` (``M >= N``; for ``M < N`` through the product ``Q^H A``), ``dA R^{-1}`` as a
-``custom_linear_solve`` so that reverse mode can transpose it.
+CholeskyQR2 is two CholeskyQR steps (``cho_factor`` of the Gram matrix ``X^H X``, then ``X
+R^{-1}``); its first step's ``Q_1`` says whether the second finishes the job
+(:func:`_cholesky_qr2_or`). Otherwise two Cholesky factorisations of shifted Gram matrices
+``X^H X + s I`` make ``Q_2`` well enough conditioned for two plain CholeskyQR steps to finish.
+Each ``X R^{-1}`` is a blocked triangular solve with the sharded ``R`` (no ``N x N`` matrix
+whole on a device). Full column rank ``A`` with ``cond(A)`` up to about 1e14 in float64
+(tested at N = 1024); beyond, a Cholesky factorisation fails, and the status says which.
+Derivatives: JAX's rule for ``jnp.linalg.qr`` (``M >= N``; for ``M < N`` through the product
+``Q^H A``), ``dA R^{-1}`` as a ``custom_linear_solve`` so that reverse mode can transpose it.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from jax.sharding import PartitionSpec as P
 
 from . import _factors, _products
@@ -51,15 +55,20 @@ def _frobenius2(a):
     return jnp.sum(jnp.real(a) ** 2 + jnp.imag(a) ** 2)
 
 
-def _cholesky_qr(a, geometry, shift):
-    """``Q = A R^{-1}``, ``R`` and the factorisation's status, ``R^H R = A^H A + shift I``."""
+def _gram(a, geometry):
+    """``A^H A``, sharded like ``A``'s square matrices."""
+    spec = geometry.spec
+    if _like_a(geometry, a.shape) == spec:  # a ring product: no whole N x N per device
+        return _products.gram(a, a, geometry.mesh, spec)
+    return _glue(geometry, spec, lambda a: _mm(_h(a), a), a)
+
+
+def _cholesky_qr(a, geometry, shift, g=None):
+    """``Q = A R^{-1}``, ``R`` and the factorisation's status, ``R^H R = A^H A + shift I``
+    (``g``: ``A^H A`` when it is known already)."""
     n = a.shape[1]
     spec = geometry.spec
-
-    if _like_a(geometry, a.shape) == spec:  # a ring product: no whole N x N per device
-        g = _products.gram(a, a, geometry.mesh, spec)
-    else:
-        g = _glue(geometry, spec, lambda a: _mm(_h(a), a), a)
+    g = _gram(a, geometry) if g is None else g
     if shift is not None:
         g = _glue(geometry, spec, lambda g, s: g + s * jnp.eye(n, dtype=g.dtype), g, shift)
     factor = _factors.cho_factor(
@@ -91,9 +100,17 @@ def _right_solve_linear(x, r, geometry):
     )
 
 
-def _steps(geometry, a, shifted, with_r):
-    """CholeskyQR steps on ``a``, shifted where ``shifted`` says: ``(Q, R or None, [status of
-    each step])``, ``R = R_k ... R_1`` (each product as it comes, a ring product)."""
+def _first_failed(statuses):
+    status = jnp.asarray(0, jnp.int32)
+    for st in reversed(statuses):
+        status = jnp.where(st != 0, st, status)
+    return status
+
+
+def _steps(geometry, a, shifted, with_r, g=None):
+    """CholeskyQR steps on ``a``, shifted where ``shifted`` says: ``(Q, R or None, status)``,
+    ``R = R_k ... R_1`` (each product as it comes, a ring product), the status the first
+    failed step's; ``g``: ``A^H A`` when it is known already."""
     m, n = a.shape
     eps = float(np.finfo(a.dtype).eps)
 
@@ -103,40 +120,78 @@ def _steps(geometry, a, shifted, with_r):
     q, r, statuses = a, None, []
     for step_shifted in shifted:
         s = _glue(geometry, P(), shift, q) if step_shifted else None
-        q, r_k, st = _cholesky_qr(q, geometry, s)
+        q, r_k, st = _cholesky_qr(q, geometry, s, g)
+        g = None
         if with_r:
             r = r_k if r is None else _products.times(r_k, r, geometry.mesh, geometry.spec)
         statuses.append(st)
-    return q, r, statuses
+    return q, r, _first_failed(statuses)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 2))
-def _orthonormal_factor(geometry, a, shifted):
-    """``(Q, status)`` of ``a`` by the CholeskyQR steps ``shifted`` names (``(True, False,
-    False)``: shifted CholeskyQR3, any condition number below ``1 / ε``; ``(False, False)``:
-    CholeskyQR2, below about ``ε^{-1/2}``), without ``R``; the status is the first failed
-    step's."""
-    q, _, statuses = _steps(geometry, a, shifted, with_r=False)
-    status = jnp.asarray(0, jnp.int32)
-    for st in reversed(statuses):
-        status = jnp.where(st != 0, st, status)
+def _distance2_from_identity(g):
+    return _frobenius2(g - jnp.eye(g.shape[0], dtype=g.dtype))
+
+
+def _itself(a):
+    return a, None
+
+
+def _cholesky_qr2_or(geometry, a, fallback, with_r, of=_itself):
+    """``(Q, R or None, status)`` of ``X`` by CholeskyQR2 when that is enough, else
+    ``fallback(X, G)``; ``(X, G) = of(a)``, ``G`` ``X^H X`` where it is cheaper made from
+    ``a`` than from ``X``, or None.
+
+    CholeskyQR2 (Yamamoto, Nakatsukasa, Yanagisawa, Fukaya 2015) is backward stable and
+    orthonormal to ``O(ε)`` while ``cond(X)`` is below about ``ε^{-1/2}``. The Gram matrix
+    ``G_2 = Q_1^H Q_1`` of its first step's ``Q_1`` says whether it is: ``||G_2 - I||_F <
+    1/2`` bounds ``cond(Q_1)`` by ``sqrt(3)``, and one more CholeskyQR step leaves ``Q``
+    orthonormal to ``O(ε)``; otherwise (the first Cholesky factorisation failed, or ``Q_1`` is
+    far from orthonormal, as with dependent columns) ``fallback`` runs. Only the branch taken
+    runs (``lax.cond``), and its only operand is ``a``: every operand of a branch stays live
+    until the branch ends, so the deciding step's results are not kept (CholeskyQR2's branch
+    computes its first step again) and ``X`` is made inside each branch."""
+    x, g = of(a)
+    q1, _, st1 = _cholesky_qr(x, geometry, None, g)
+    near = _glue(geometry, P(), _distance2_from_identity, _gram(q1, geometry)) < 0.25  # NaN: no
+
+    def plain(a):
+        x, g = of(a)
+        return _steps(geometry, x, (False, False), with_r, g)
+
+    return lax.cond((st1 == 0) & near, plain, lambda a: fallback(*of(a)), a)
+
+
+def orthonormal_factor(geometry, a, shifted, of=_itself):
+    """``(Q, status)`` of ``X`` without ``R``, ``(X, X^H X or None) = of(a)``: CholeskyQR2 if
+    ``shifted`` is ``(False, False)`` (``cond(X)`` known to be below about ``ε^{-1/2}``), else
+    CholeskyQR2 where it is enough and the CholeskyQR steps ``shifted`` otherwise
+    (:func:`_cholesky_qr2_or`); the status is the first failed step's."""
+    steps = functools.partial(_steps, geometry, shifted=shifted, with_r=False)
+    if any(shifted):
+        q, _, status = _cholesky_qr2_or(geometry, a, lambda x, g: steps(x, g=g), False, of)
+    else:
+        x, g = of(a)
+        q, _, status = steps(x, g=g)
     return q, status
 
 
 @functools.partial(jax.jit, static_argnums=0)
 def _qr_program(geometry, a):
-    """``(Q, R, status)`` of ``a`` (``M >= N``): two shifted CholeskyQR steps, then two plain
-    ones (shifted CholeskyQR3 with one more shifted step, for the largest ``N``)."""
+    """``(Q, R, status)`` of ``a`` (``M >= N``): CholeskyQR2 where it is enough, else two
+    shifted CholeskyQR steps and two plain ones (shifted CholeskyQR3 with one more shifted
+    step, for the largest ``N``)."""
     n = a.shape[1]
-    q, r, statuses = _steps(geometry, a, (True, True, False, False), with_r=True)
+
+    def shifted(a, g):
+        q, r, status = _steps(geometry, a, (True, True, False, False), with_r=True, g=g)
+        # Dependent columns need not make a factorisation fail (the shift keeps the first Gram
+        # matrix positive definite): Q's columns then are not orthonormal, and the status says
+        # so. (On CholeskyQR2's branch its test of G_2 has excluded them.)
+        lost = _products.distance_from_orthonormal(q, geometry.mesh, geometry.spec)
+        return q, r, jnp.where((status == 0) & ~(lost < _DEPENDENT), n + 1, status)
+
+    q, r, status = _cholesky_qr2_or(geometry, a, shifted, with_r=True)
     r = _glue(geometry, geometry.spec, jnp.triu, r)
-    # Dependent columns need not make a factorisation fail (the shift keeps the first Gram
-    # matrix positive definite): Q's columns then are not orthonormal, and the status says so.
-    lost = _products.distance_from_orthonormal(q, geometry.mesh, geometry.spec)
-    status = jnp.asarray(0, jnp.int32)
-    for st in reversed(statuses):  # the first factorisation that failed
-        status = jnp.where(st != 0, st, status)
-    status = jnp.where((status == 0) & ~(lost < _DEPENDENT), n + 1, status)
     nan = jnp.asarray(jnp.nan, a.dtype)
     q, r = (jnp.where(status == 0, x, nan) for x in (q, r))
     return q, r, status

@@ -9,7 +9,8 @@ v_i) / sqrt(2)``. ``syevd`` is backward stable, so the singular values carry LAP
 error (``O(ε ||A||)``) whatever the condition number, and each singular vector the error of its
 gap, as ``gesvd``'s; a Newton-Schulz step in ring products (:mod:`jaxmg._products`) polishes
 the vectors. The price: ``8x`` the eigensolver's work of an ``N x N`` problem, and a matrix of
-``(M + N)^2`` elements. ``polar``: ``U = U_s Vh``, ``H = V diag(s) Vh``; ``lstsq``: the
+``(M + N)^2`` elements. ``polar``: on the QDWH route (``side="right"``) QDWH's own factors,
+without the eigensolver; otherwise ``U = U_s Vh``, ``H = V diag(s) Vh``; ``lstsq``: the
 pseudo-inverse, singular values below ``rcond * s[0]`` dropped (``jnp.linalg.lstsq``'s rule).
 Derivatives: JAX's rule for distinct singular values (``full_matrices=False``), written with
 sharded products, whichever route made the SVD; ``polar`` and ``lstsq`` differentiate through
@@ -226,6 +227,26 @@ def _polar_call(geometry, T_A, side, a):
         p = (p + _h(p)) / 2
         u = _placed(u, geometry.mesh, _like_a(geometry, u.shape))
         return u, _placed(p, geometry.mesh, _like_a(geometry, p.shape)), _finite_status(p)
+    if side == "right" and _qdwh.applies(geometry, a.shape) and not _native_mp(geometry):
+        return _polar_qdwh(geometry, T_A, a)
+    return _polar_by_svd(geometry, T_A, side, a)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _polar_qdwh(geometry, T_A, a):
+    """QDWH's own factors ``(U_p, H, status)``, without the SVD's eigensolver and products."""
+    return _qdwh.polar(geometry, a)
+
+
+@_polar_qdwh.defjvp
+def _polar_qdwh_jvp(geometry, T_A, primals, tangents):
+    """The SVD route's derivatives (JAX's rule for the SVD, distinct singular values)."""
+    return jax.jvp(functools.partial(_polar_by_svd, geometry, T_A, "right"), primals, tangents)
+
+
+def _polar_by_svd(geometry, T_A, side, a):
+    """``(U, P, status)`` from the SVD: ``U = U_s Vh``, ``P`` ``V diag(s) Vh`` (right) or
+    ``U_s diag(s) U_s^H`` (left)."""
     u_s, s, vh, status = _svd(geometry, T_A, a)
     m, n = a.shape
     if side == "right" and _qdwh.applies(geometry, a.shape):  # ring products, as U_s and Vh

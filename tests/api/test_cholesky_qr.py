@@ -12,6 +12,10 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from jaxmg import _qr
 from jaxmg._decompositions import _where
 
+# The ring products' device count is the decomposition tests' business (they run both branches
+# at every count); the decision itself runs once.
+pytestmark = pytest.mark.usefixtures("once_per_suite")
+
 EPS = float(np.finfo(np.float64).eps)
 FALLBACK = 77  # the status the stand-in fallback returns: it says which branch ran
 

@@ -27,6 +27,7 @@ def test_weights_take_every_singular_value_to_one(dtype, steps, qr_steps):
     assert np.abs(x - 1).max() < 10 * eps
 
 
+@pytest.mark.usefixtures("once_per_suite")
 @pytest.mark.parametrize("form", ["rows", "cols"])
 def test_cholesky_step_by_inverse_and_by_solves(form):
     """The Cholesky-based step ``(b / c) X + (a - b / c) X (I + c X^H X)^{-1}`` through

@@ -33,7 +33,7 @@ def factor(a, form):
     sharded = jax.device_put(a, NamedSharding(jax.make_mesh((d,), ("x",)), spec))
     geometry, _ = _where(sharded, None, None, None, "test")
 
-    def fallback(x, g):
+    def fallback(x):
         return jnp.zeros_like(x), jnp.zeros_like(x), jnp.asarray(FALLBACK, jnp.int32)
 
     program = jax.jit(lambda a: _qr._cholesky_qr2_or(geometry, a, fallback, with_r=True))

@@ -96,6 +96,13 @@ def _adjoint(geometry, x):
     return _glue(geometry, geometry.spec, _h, x)
 
 
+def _shifted_gram(geometry, x, c):
+    """``I + c X^H X``, sharded like ``A`` (a ring product)."""
+    n = x.shape[1]
+    g = _products.gram(x, x, geometry.mesh, geometry.spec)
+    return _glue(geometry, geometry.spec, lambda g: c * g + jnp.eye(n, dtype=g.dtype), g)
+
+
 def _qr_step(geometry, x, a, b, c):
     """``(b / c) X + (a - b / c) / sqrt(c) Q_1 Q_2^H`` with ``[sqrt(c) X; I] = [Q_1; Q_2] R``."""
     m, n = x.shape
@@ -106,17 +113,14 @@ def _qr_step(geometry, x, a, b, c):
     def stack(x):  # this device's rows of sqrt(c) X over its rows of I (by rows), or [.; .]
         return jnp.concatenate([root * x, _local_identity(n, geometry, x.dtype)], axis=0)
 
-    def stacked(x):  # Y and Y^H Y = c X^H X + I: half the work of Y's own Gram matrix
-        g = _products.gram(x, x, geometry.mesh, geometry.spec)
-        g = _glue(geometry, geometry.spec, lambda g: c * g + jnp.eye(n, dtype=g.dtype), g)
-        return _map(geometry, stack, x), g
-
-    # cond(Y) <= sqrt(c): CholeskyQR2 below ε^{-1/2} / 100; above, where it is not enough
-    # (cond(Y) is also at most cond(A)), shifted CholeskyQR3. Y is made from X where it is used
-    # (X is kept for the update, Y would be two blocks more).
+    # cond(Y) <= sqrt(c) (and <= cond(A)): CholeskyQR2 below ε^{-1/2} / 100, shifted
+    # CholeskyQR3 above, a choice made before the program runs (deciding at run time, as qr
+    # does, costs here about what it saves). Y's first Gram matrix is I + c X^H X, made from X:
+    # half the work of Y^H Y.
     plain = root < 0.01 / math.sqrt(float(np.finfo(x.dtype).eps))
     shifted = (False, False) if plain else (True, False, False)
-    q, status = orthonormal_factor(geometry, x, shifted, stacked)
+    g = _shifted_gram(geometry, x, c)
+    q, status = orthonormal_factor(geometry, _map(geometry, stack, x), shifted, g)
     split = m // p if rows else m
 
     q1 = _map(geometry, lambda q: q[:split], q)
@@ -136,8 +140,7 @@ def _cholesky_step(geometry, x, a, b, c, inverse=None):
     ``inverse=False``."""
     n = x.shape[1]
     spec, mesh = geometry.spec, geometry.mesh
-    g = _products.gram(x, x, mesh, spec)
-    z = _glue(geometry, spec, lambda g: c * g + jnp.eye(n, dtype=g.dtype), g)
+    z = _shifted_gram(geometry, x, c)
     options = dict(T_A=n // geometry.ndev, mesh=mesh, in_specs=spec, backend=_engine(geometry))
     if _engine_inverts(geometry) if inverse is None else inverse:
         z_inv, status = _api.potri(z, return_status=True, **options)

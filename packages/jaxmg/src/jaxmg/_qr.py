@@ -132,46 +132,33 @@ def _distance2_from_identity(g):
     return _frobenius2(g - jnp.eye(g.shape[0], dtype=g.dtype))
 
 
-def _itself(a):
-    return a, None
-
-
-def _cholesky_qr2_or(geometry, a, fallback, with_r, of=_itself):
-    """``(Q, R or None, status)`` of ``X`` by CholeskyQR2 when that is enough, else
-    ``fallback(X, G)``; ``(X, G) = of(a)``, ``G`` ``X^H X`` where it is cheaper made from
-    ``a`` than from ``X``, or None.
+def _cholesky_qr2_or(geometry, a, fallback, with_r):
+    """``(Q, R or None, status)`` of ``a`` by CholeskyQR2 when that is enough, else
+    ``fallback(a)``.
 
     CholeskyQR2 (Yamamoto, Nakatsukasa, Yanagisawa, Fukaya 2015) is backward stable and
-    orthonormal to ``O(ε)`` while ``cond(X)`` is below about ``ε^{-1/2}``. The Gram matrix
+    orthonormal to ``O(ε)`` while ``cond(A)`` is below about ``ε^{-1/2}``. The Gram matrix
     ``G_2 = Q_1^H Q_1`` of its first step's ``Q_1`` says whether it is: ``||G_2 - I||_F <
     1/2`` bounds ``cond(Q_1)`` by ``sqrt(3)``, and one more CholeskyQR step leaves ``Q``
     orthonormal to ``O(ε)``; otherwise (the first Cholesky factorisation failed, or ``Q_1`` is
     far from orthonormal, as with dependent columns) ``fallback`` runs. Only the branch taken
     runs (``lax.cond``), and its only operand is ``a``: every operand of a branch stays live
     until the branch ends, so the deciding step's results are not kept (CholeskyQR2's branch
-    computes its first step again) and ``X`` is made inside each branch."""
-    x, g = of(a)
-    q1, _, st1 = _cholesky_qr(x, geometry, None, g)
+    computes its first step again)."""
+    q1, _, st1 = _cholesky_qr(a, geometry, None)
     near = _glue(geometry, P(), _distance2_from_identity, _gram(q1, geometry)) < 0.25  # NaN: no
 
     def plain(a):
-        x, g = of(a)
-        return _steps(geometry, x, (False, False), with_r, g)
+        return _steps(geometry, a, (False, False), with_r)
 
-    return lax.cond((st1 == 0) & near, plain, lambda a: fallback(*of(a)), a)
+    return lax.cond((st1 == 0) & near, plain, fallback, a)
 
 
-def orthonormal_factor(geometry, a, shifted, of=_itself):
-    """``(Q, status)`` of ``X`` without ``R``, ``(X, X^H X or None) = of(a)``: CholeskyQR2 if
-    ``shifted`` is ``(False, False)`` (``cond(X)`` known to be below about ``ε^{-1/2}``), else
-    CholeskyQR2 where it is enough and the CholeskyQR steps ``shifted`` otherwise
-    (:func:`_cholesky_qr2_or`); the status is the first failed step's."""
-    steps = functools.partial(_steps, geometry, shifted=shifted, with_r=False)
-    if any(shifted):
-        q, _, status = _cholesky_qr2_or(geometry, a, lambda x, g: steps(x, g=g), False, of)
-    else:
-        x, g = of(a)
-        q, _, status = steps(x, g=g)
+def orthonormal_factor(geometry, a, shifted, g=None):
+    """``(Q, status)`` of ``a`` without ``R`` by the CholeskyQR steps ``shifted`` (CholeskyQR2:
+    ``(False, False)``; shifted CholeskyQR3: ``(True, False, False)``); ``g``: ``A^H A`` when
+    it is known already; the status is the first failed step's."""
+    q, _, status = _steps(geometry, a, shifted, False, g)
     return q, status
 
 
@@ -182,8 +169,8 @@ def _qr_program(geometry, a):
     step, for the largest ``N``)."""
     n = a.shape[1]
 
-    def shifted(a, g):
-        q, r, status = _steps(geometry, a, (True, True, False, False), with_r=True, g=g)
+    def shifted(a):
+        q, r, status = _steps(geometry, a, (True, True, False, False), with_r=True)
         # Dependent columns need not make a factorisation fail (the shift keeps the first Gram
         # matrix positive definite): Q's columns then are not orthonormal, and the status says
         # so. (On CholeskyQR2's branch its test of G_2 has excluded them.)

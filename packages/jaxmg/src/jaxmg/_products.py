@@ -86,18 +86,37 @@ def times_by_rows(x, g, axis, p):
 # --- X sharded by columns: local x [M, K/p]; the K x K matrices by columns, local [K, K/p]
 
 
+#: How many pieces of its columns a block of ``X`` by columns is sent in (where they divide its
+#: width): two halve the block in flight (QDWH's stacked ``[2N, N/p]`` blocks are two blocks of
+#: ``A``) for twice the collectives, and a program that takes about 10% longer to compile; four
+#: saved one more block of ``A`` but took 40-60% longer to compile (svd, qr, polar, 4 and 8
+#: devices).
+PIECES = 2
+
+
+def _pieces(width):
+    """How many pieces of its columns an ``[M, width]`` block is sent in."""
+    return PIECES if width % PIECES == 0 else 1
+
+
 def gram_by_columns(x, y, axis, p):
-    """Column block ``me`` of ``X^H Y``: ``x_j^H y_me`` for every ``j``, the blocks of ``X``
-    going round."""
+    """Column block ``me`` of ``X^H Y``: ``x_j^H y_me`` for every ``j``. At step ``s`` every
+    device sends its block of ``X`` to device ``me - s`` directly, in pieces of its columns
+    (:func:`_pieces`: one piece in flight, not a whole ``[M, K/p]`` block), each piece giving
+    rows of ``x_j^H y_me``."""
     me = lax.axis_index(axis)
     width = x.shape[1]
+    cols = width // _pieces(width)
     out = jnp.zeros((p * width, y.shape[1]), jnp.result_type(x, y))
-    xh = _h(x)  # the blocks go round as X^H: XLA:CPU's dot of a transposed operand is slower
     for step in range(p):
-        if step:
-            xh = lax.ppermute(_after(xh, out), axis, _shift(p, -1))  # now block me + step
-        block = _mm(xh, y)
-        out = lax.dynamic_update_slice_in_dim(out, block, ((me + step) % p) * width, axis=0)
+        for c in range(0, width, cols):
+            # sent as X^H (XLA:CPU's dot of a transposed operand is slower), made after the last
+            # piece's product: the same piece at every step would otherwise be made once, kept
+            xh = _h(_after(x[:, c : c + cols], out))
+            if step:
+                xh = lax.ppermute(xh, axis, _shift(p, -step))
+            row = ((me + step) % p) * width + c
+            out = lax.dynamic_update_slice_in_dim(out, _mm(xh, y), row, axis=0)
     return out
 
 
@@ -235,15 +254,18 @@ def _solve_by_rows(x, t, axis, p, lower):
 def _solve_by_columns(x, t, axis, p, lower):
     """``X T^{-1}``, local columns of ``X`` ``[M, K/p]`` and column block ``me`` of ``T``
     ``[K, K/p]``: device ``j`` solves ``Y_j`` once every ``Y_i`` it depends on has been
-    subtracted, then sends it to the devices whose blocks depend on it."""
+    subtracted, then sends it in pieces of its columns (:func:`_pieces`) to the devices whose
+    blocks depend on it."""
     me = lax.axis_index(axis)
     w = x.shape[1]
+    cols = w // _pieces(w)
     for j in reversed(range(p)) if lower else range(p):
         rows = slice(j * w, (j + 1) * w)  # T_jj on device j, T_jk on device k
         x = jnp.where(me == j, _solve_right(t[rows], x, lower), x)
-        y_j = _from(x, me, j, axis, x)
         depends = (me < j) if lower else (me > j)
-        x = jnp.where(depends, x - _mm(y_j, t[rows]), x)
+        for c in range(0, w, cols):  # device j's x is Y_j throughout
+            y_jc = _from(x[:, c : c + cols], me, j, axis, x)
+            x = jnp.where(depends, x - _mm(y_jc, t[j * w + c : j * w + c + cols]), x)
     return x
 
 

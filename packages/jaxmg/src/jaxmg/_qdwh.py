@@ -166,10 +166,18 @@ def polar_unitary(geometry, a):
         geometry, geometry.spec, lambda a, s: a / jnp.where(s > 0, s, 1).astype(a.dtype), a, norm
     )
     status = jnp.asarray(0, jnp.int32)
-    for a_k, b_k, c_k in weights(eps):
-        step = _qr_step if c_k > _QR_ABOVE else _cholesky_step
-        x, st = step(geometry, x, a_k, b_k, c_k)
+    qr_based = [w for w in weights(eps) if w[2] > _QR_ABOVE]
+    for a_k, b_k, c_k in qr_based:
+        x, st = _qr_step(geometry, x, a_k, b_k, c_k)
         status = jnp.where(status == 0, st, status)
+
+    def cholesky_based(carry, w):  # one program for them all: they differ only in weights
+        x, status = carry
+        x, st = _cholesky_step(geometry, x, *w)
+        return (x, jnp.where(status == 0, st, status)), None
+
+    rest = np.array(weights(eps)[len(qr_based) :], dtype=a.dtype)
+    (x, status), _ = lax.scan(cholesky_based, (x, status), rest)
     x = jnp.where(status == 0, x, jnp.asarray(jnp.nan, x.dtype))
     return x, status
 

@@ -24,6 +24,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from jax.sharding import PartitionSpec as P
 
 from . import _api, _products, _qdwh
@@ -261,13 +262,49 @@ def _polar_by_svd(geometry, T_A, side, a):
     return u, p, status
 
 
-def _pseudo_inverse_solve(u, s, vh, a, b, rcond):
+def _inverted_values(s, rcond):
+    """``1 / s`` where ``s`` counts (``s >= rcond * s[0]``, ``s > 0``), else 0; and the rank."""
     mask = (s > 0) & (s >= rcond * s[0])
-    safe = jnp.where(mask, s, 1).astype(a.dtype)
-    s_inv = jnp.where(mask, 1 / safe, 0)[:, None]
-    x = _mm(_h(vh), s_inv * _mm(_h(u), b))
-    resid = jnp.linalg.norm(b - _mm(a, x), axis=0) ** 2
-    return x, resid, mask.sum()
+    return jnp.where(mask, 1 / jnp.where(mask, s, 1), 0), mask.sum()
+
+
+def _pseudo_inverse_solve(u, s_inv, vh, a, b):
+    """``x = V diag(s_inv) U^H b`` and the squared residual norms of ``b - A x``'s columns."""
+    x = _mm(_h(vh), s_inv[:, None].astype(b.dtype) * _mm(_h(u), b))
+    return x, jnp.linalg.norm(b - _mm(a, x), axis=0) ** 2
+
+
+def _sharded_pseudo_inverse_solve(geometry, u, s_inv, vh, a, b):
+    """:func:`_pseudo_inverse_solve` for ``U``, ``Vh`` and ``A`` sharded like ``A`` (by rows or
+    by columns): each device multiplies its own blocks, and only ``[N, K]`` sums and pieces of
+    the solution move (XLA's partitioner would gather ``U``, ``Vh`` or ``A`` whole)."""
+    axis = geometry.axis
+    rows = geometry.form == "rows"
+
+    def body(u, s_inv, vh, a, b):
+        me = lax.axis_index(axis)
+        if rows:  # local u [M/p, k], vh [k/p, N], a [M/p, N]
+            b_me = lax.dynamic_slice_in_dim(b, me * u.shape[0], u.shape[0])
+            d = s_inv[:, None].astype(b.dtype) * lax.psum(_mm(_h(u), b_me), axis)
+            d_me = lax.dynamic_slice_in_dim(d, me * vh.shape[0], vh.shape[0])
+            x = lax.psum(_mm(_h(vh), d_me), axis)
+            r2 = lax.psum(jnp.sum(jnp.abs(b_me - _mm(a, x)) ** 2, axis=0), axis)
+            return x, r2
+        # by columns: local u [M, k/p], vh [k, N/p], a [M, N/p]
+        s_me = lax.dynamic_slice_in_dim(s_inv, me * u.shape[1], u.shape[1])
+        d = lax.all_gather(s_me[:, None].astype(b.dtype) * _mm(_h(u), b), axis, tiled=True)
+        x_me = _mm(_h(vh), d)
+        r2 = jnp.sum(jnp.abs(b - lax.psum(_mm(a, x_me), axis)) ** 2, axis=0)
+        return lax.all_gather(x_me, axis, tiled=True), r2
+
+    spec = geometry.spec
+    return jax.shard_map(
+        body,
+        mesh=geometry.mesh,
+        in_specs=(spec, P(None), spec, spec, _REPLICATED),
+        out_specs=(_REPLICATED, P(None)),
+        check_vma=False,
+    )(u, s_inv, vh, a, b)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
@@ -277,6 +314,11 @@ def _lstsq_call(geometry, T_A, a, b, rcond):
         x, resid, rank, s = jnp.linalg.lstsq(a, b, rcond=rcond)
         return x, resid, rank, s, _finite_status(s)
     u, s, vh, status = _svd(geometry, T_A, a)
-    specs = (_REPLICATED, P(None), P())
-    x, resid, rank = _glue(geometry, specs, _pseudo_inverse_solve, u, s, vh, a, b, rcond)
+    s_inv, rank = _glue(geometry, (P(None), P()), _inverted_values, s, rcond)
+    like_a = (_like_a(geometry, x.shape) == geometry.spec for x in (u, vh, a))
+    if geometry.form in ("rows", "cols") and all(like_a):
+        x, resid = _sharded_pseudo_inverse_solve(geometry, u, s_inv, vh, a, b)
+    else:
+        specs = (_REPLICATED, P(None))
+        x, resid = _glue(geometry, specs, _pseudo_inverse_solve, u, s_inv, vh, a, b)
     return x, resid, rank, s, status

@@ -7,7 +7,8 @@
   (tests/conftest.py), in two processes; the 3- and 8-device runs leave out the derivative
   and drop-in tests (``NARROW``).
 - ``compat``: the CPU suite on 4 devices on the newest jax, with Python 3.12, in double
-  precision, without the native and benchmark tests; and NetKet 3.23's client tests there.
+  precision, without the native, benchmark and decompositions-against-numpy tests
+  (``COMPAT_LEAVES_OUT``); and NetKet 3.23's client tests there.
 - ``clients``: install the three packages and NetKet 3.22.4, then run ``tests/clients`` (NetKet's
   jaxmg solvers against its dense ones) once per simulated device count (1, 2, 4); then the same
   with NetKet 3.23.0 (which calls jaxmg 1.x's API).
@@ -68,7 +69,10 @@ PYTEST_JOBS = int(os.environ.get("JAXMG_PYTEST_JOBS", "2"))
 # The 4-device run holds every test of the suite (tests/conftest.py): it runs in two halves of
 # about equal time, the second these paths, the first the rest.
 SECOND_HALF = (
-    *(f"tests/api/test_{name}.py" for name in ("solvers", "dropin", "faults", "decompositions")),
+    *(
+        f"tests/api/test_{name}.py"
+        for name in ("solvers", "dropin", "faults", "decompositions", "autodiff")
+    ),
     "tests/layout",
     "tests/native",
     "tests/benchmarks",
@@ -217,19 +221,24 @@ def _python312() -> str:
     return pyenv[-1] if pyenv else "3.12"
 
 
+# What compat leaves out: C++ behind no jax (tests/native), the benchmarks' own tests, and the
+# decompositions against numpy at every shape and dtype (numerics, not jax's API: their
+# programs, derivatives included, run on the newest jax in test_decompositions_grad.py).
+COMPAT_LEAVES_OUT = ("tests/native", "tests/benchmarks", "tests/api/test_decompositions.py")
+
+
 @nox.session(python=_python312())
 def compat(session):
     """The CPU suite on 4 simulated devices with the newest jax (NEWEST_JAX) on Python 3.12, in
     double precision (single-precision and extra grid cases are the same code paths, run by
-    ``tests``), without the native tests (tests/native: C++ behind no jax) and the
-    benchmarks' own tests."""
+    ``tests``), without COMPAT_LEAVES_OUT."""
     session.install(f"jax=={NEWEST_JAX}", f"jaxlib=={NEWEST_JAX}")
     install_jaxmg(session, "test", "plot")
     # NetKet 3.23, the one NetKet that runs on jax >= 0.11, on the newest jax too.
     client = CLIENTS[-1]
     session.install(client, f"jax=={NEWEST_JAX}", f"jaxlib=={NEWEST_JAX}")
     only = ("-m", "not dtype_sweep and not grid_sweep")
-    parts = halves(leave_out=("tests/native", "tests/benchmarks"))
+    parts = halves(leave_out=COMPAT_LEAVES_OUT)
     runs = [cpu_suite(4, half, *only) for half in parts] + client_runs(client, (4,))
     run_pytest(session, runs)
 

@@ -10,8 +10,8 @@ raising. They are set in ``pytest_configure`` (never at import) and only for the
 Not every test runs in every device count's process: single-precision cases of a dtype grid
 (``dtype_sweep``), the rest of a grid whose core runs everywhere (``grid_sweep``) and tests
 independent of the device count (``once_per_suite``) run with 4 devices only, the run that
-``nox -s compat`` repeats on the newest jax (in double precision, without tests/native and the
-benchmarks' tests).
+``nox -s compat`` repeats on the newest jax (in double precision, without what
+``COMPAT_LEAVES_OUT`` in noxfile.py names).
 """
 
 import os

@@ -3,16 +3,17 @@
 
 XLA's partitioner computes a Gram matrix ``X^H X`` of a row-sharded ``X`` as a full ``K x K``
 partial sum on every device followed by an all-reduce, and ``X G`` by gathering ``G``: for a
-square ``X`` that is a whole matrix per device. The ring products here pass one block at a time
-around the devices of the axis (``ppermute``) instead, so each device holds its own blocks and
-one block in flight. They run inside ``jax.shard_map`` on the local blocks of ``X`` sharded by
-rows ``P(axis, None)`` (``x``: ``[M/p, K]``) or by columns ``P(None, axis)`` (``x``:
+square ``X`` that is a whole matrix per device. The products here send one block at a time
+(``ppermute``: around the ring of the axis, or by columns straight to the device that needs
+it, in :data:`PIECES` pieces of its columns) instead, so each device holds its own blocks and
+one block or piece in flight. They run inside ``jax.shard_map`` on the local blocks of ``X``
+sharded by rows ``P(axis, None)`` (``x``: ``[M/p, K]``) or by columns ``P(None, axis)`` (``x``:
 ``[M, K/p]``), ``K`` divisible by the ``p`` devices of ``axis``.
 
-Used by the Newton-Schulz polish of the singular vectors (:mod:`jaxmg._svd`) and by
-CholeskyQR (:mod:`jaxmg._qr`): its Gram matrices and its ``X R^{-1}``
-(:func:`right_triangular_solve`, a blocked triangular solve that sends one block of ``R`` or of
-the solution at a time).
+Used by the Newton-Schulz polish of the singular vectors (:mod:`jaxmg._svd`), by CholeskyQR
+(:mod:`jaxmg._qr`: its Gram matrices and its ``X R^{-1}``, :func:`right_triangular_solve`, a
+blocked triangular solve that sends one block of ``R`` or of the solution at a time) and by
+QDWH (:mod:`jaxmg._qdwh`).
 """
 
 from __future__ import annotations

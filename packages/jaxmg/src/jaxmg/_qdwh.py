@@ -166,8 +166,9 @@ def polar_unitary(geometry, a):
         geometry, geometry.spec, lambda a, s: a / jnp.where(s > 0, s, 1).astype(a.dtype), a, norm
     )
     status = jnp.asarray(0, jnp.int32)
-    qr_based = [w for w in weights(eps) if w[2] > _QR_ABOVE]
-    for a_k, b_k, c_k in qr_based:
+    ws = weights(eps)  # c decreases: the QR-based iterations come first
+    qr_based = sum(c > _QR_ABOVE for _, _, c in ws)
+    for a_k, b_k, c_k in ws[:qr_based]:
         x, st = _qr_step(geometry, x, a_k, b_k, c_k)
         status = jnp.where(status == 0, st, status)
 
@@ -176,7 +177,7 @@ def polar_unitary(geometry, a):
         x, st = _cholesky_step(geometry, x, *w)
         return (x, jnp.where(status == 0, st, status)), None
 
-    rest = np.array(weights(eps)[len(qr_based) :], dtype=a.dtype)
+    rest = np.array(ws[qr_based:], dtype=a.dtype)
     (x, status), _ = lax.scan(cholesky_based, (x, status), rest)
     x = jnp.where(status == 0, x, jnp.asarray(jnp.nan, x.dtype))
     return x, status

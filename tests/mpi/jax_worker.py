@@ -35,7 +35,9 @@ Scenarios:
 - ``decompositions``: svd, qr, polar, lstsq (ScaLAPACK's p?gesvd, p?geqrf + p?orgqr/p?ungqr)
   and p?gels (``jaxmg._engine_rect.gels``), both 1D forms, against numpy and scipy
   (singular values, reconstruction, orthonormality, numpy's lstsq): every dtype of DTYPES on a
-  tall matrix, the double ones also wide and square; a rank-deficient A (its documented
+  tall matrix, the double ones also wide and square; ``U``, ``Vh``, ``Q``, ``R`` sharded like
+  ``A`` and never whole on a process (XLA's memory analysis), whole where ``K`` divides no grid
+  (``P(x, None)``, ``K = 3``); a rank-deficient A (its documented
   outcome for each routine); the jvp of the singular values against JAX's rule, and of Q and
   R against central differences. ``decompositions:RxC``: the same on ``P(r, c)`` over an
   ``R x C`` process grid, and ``full_matrices=True`` refused there.
@@ -47,6 +49,7 @@ import functools
 import json
 import os
 import pathlib
+import re
 import signal
 import sys
 
@@ -334,7 +337,6 @@ def order(mesh):
 
 
 def donate(mesh):
-    import re
 
     n = 8 * size
     hpd, general, b = matrices(n, np.float64)
@@ -438,6 +440,39 @@ def decompositions(mesh, specs):
                     up, pp = (host(x) for x in jaxmg.polar(A, **mp))
                     u_ref, p_ref = scipy.linalg.polar(a)
                     report("polar", close(up, u_ref, dtype) and close(pp, p_ref, dtype), **tag)
+
+    # The engine's results come back in blocks, never whole on every process: its U and Vh (Q
+    # and R) in the compiled program are this process's share of them (1/p of their entries),
+    # and from 4 processes the program's temporaries and results per process are below the
+    # whole U and Vh plus that share, what it held when they came back whole (float64).
+    sized = random((8 * p, 4 * p), np.float64, rng)
+    entries = (sized.shape[0] + sized.shape[1]) * sized.shape[1]
+    for form, spec in specs:
+        A = jax.device_put(sized, NamedSharding(mesh, spec))
+        for name, f, target in (("svd", jaxmg.svd, "gesvd"), ("qr", jaxmg.qr, "qr")):
+            out = f(A, **mp)
+            compiled = jax.jit(lambda m, f=f: f(m, **mp)).lower(A).compile()
+            call = next(
+                line
+                for line in compiled.as_text().splitlines()
+                if f'custom_call_target="jaxmg_mp_{target}"' in line
+            )
+            dims = re.findall(r"\[(\d+),(\d+)\]", call.split("custom-call(")[0])
+            returned = sum(int(r) * int(c) for r, c in dims)
+            memory = compiled.memory_analysis()
+            held = memory.temp_size_in_bytes + memory.output_size_in_bytes
+            ok = all(x.sharding.spec == spec for x in out if x.ndim == 2)
+            ok = ok and returned * p == entries and (p < 4 or held < 8 * entries * (1 + 1 / p))
+            report(f"{name}_results_in_blocks", ok, form=form, returned=returned, held=held)
+        if form == "rows":  # K = 3 divides no grid: U in blocks, Vh and R whole
+            a = random((6 * p, 3), np.float64, rng)
+            A = jax.device_put(a, NamedSharding(mesh, spec))
+            u, s, vh = (host(x) for x in jaxmg.svd(A, **mp))
+            ok = close(s, np.linalg.svd(a, compute_uv=False), np.float64)
+            report("svd_narrow", ok and close((u * s) @ vh, a, np.float64), form=form)
+            q, r = (host(x) for x in jaxmg.qr(A, **mp))
+            ok = close(q @ r, a, np.float64) and orthonormal(q, np.float64)
+            report("qr_narrow", ok and np.all(np.tril(r, -1) == 0), form=form)
 
     for form, spec in specs:
         if form == "grid":  # full_matrices=True is the composition's, which takes no grid

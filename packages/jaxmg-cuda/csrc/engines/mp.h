@@ -34,7 +34,7 @@ struct MpGrid {
 
 // Backend "mp"'s rectangular routines (no routine-table row: neither cuSolverMg nor its twin has
 // them). A is M x N, any M and N, on a `rows x cols` grid; every result comes back whole on
-// every process, row-major (K = min(M, N)):
+// every process, row-major (K = min(M, N)), except with `blocks` (below):
 //   kGesvd  JOBU = JOBVT = 'V': out0 U [M, K], out1 s [K] real, out2 VT [K, N] (CPUs only);
 //   kQr     geqrf then orgqr / ungqr: out0 Q [M, K], out1 R [K, N] (upper trapezoidal);
 //   kGels   'N': b [M, nrhs] in, out0 x [N, nrhs] (the least-squares solution for M >= N, the
@@ -42,7 +42,11 @@ struct MpGrid {
 // What `a` holds differs by engine: on CPUs this process's block of JAX's block sharding,
 // [N/cols, M/rows] row-major (the column-major M/rows x N/cols block), redistributed by the
 // engine (scalapack.h); on GPUs its local array in `tile`-square tiles, [local columns, LLD]
-// (cusolvermp.h). The outputs are NaN when status (the library's info) is not 0.
+// (cusolvermp.h). With `blocks` (CPUs only), each of U, VT, Q and R whose R_ x C_ the grid
+// divides (R_ by its rows, C_ by its columns) comes back as A goes in: this process's block of
+// JAX's block sharding, [C_/cols, R_/rows] row-major (column-major R_/rows x C_/cols),
+// redistributed from the routine's tiles by p?gemr2d; s and x stay whole. The outputs are NaN
+// when status (the library's info) is not 0.
 enum class RectOp { kGesvd, kQr, kGels };
 struct RectOperands {
   RectOp op = RectOp::kGesvd;
@@ -57,6 +61,9 @@ struct RectOperands {
   void* out1 = nullptr;
   void* out2 = nullptr;
   ffi::AnyBuffer::Dimensions out0_dims;  // checked against M, N, K, nrhs
+  ffi::AnyBuffer::Dimensions out2_dims;  // kGesvd's VT, checked on CPUs
+  ffi::AnyBuffer::Dimensions out1_dims;  // kQr's R, checked on CPUs
+  bool blocks = false;
   int32_t* status = nullptr;
 };
 

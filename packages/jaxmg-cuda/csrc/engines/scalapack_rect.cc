@@ -1,6 +1,7 @@
 // Backend "mp"'s rectangular routines on CPUs (RectOp, scalapack.h), which only ScaLAPACK runs:
 // p?gesvd, p?geqrf with p?orgqr / p?ungqr, and p?gels, on A redistributed from JAX's blocks into
-// tiles, run in the order of calls every process agreed on (scalapack_engine.h).
+// tiles, run in the order of calls every process agreed on (scalapack_engine.h); the results
+// whole on every process, or (`blocks`) redistributed back into JAX's blocks.
 #include "engines/scalapack.h"
 
 #include <algorithm>
@@ -32,6 +33,25 @@ struct Tiles {
   Int GlobalCol(Int j) const { return ((j / tile) * cols + col) * tile + j % tile; }
 };
 
+// Whether a result of r x c comes back as this process's block (RectOperands::blocks).
+bool AsBlock(const RectOperands& o, int64_t r, int64_t c) {
+  return o.blocks && r % o.rows == 0 && c % o.cols == 0;
+}
+
+// The dimensions a result of r x c must have: [r, c] whole, [c/cols, r/rows] as a block.
+std::vector<int64_t> ResultDims(const RectOperands& o, int64_t r, int64_t c) {
+  if (AsBlock(o, r, c)) return {c / o.cols, r / o.rows};
+  return {r, c};
+}
+
+bool HasDims(const ffi::AnyBuffer::Dimensions& dims, const std::vector<int64_t>& want) {
+  return std::equal(dims.begin(), dims.end(), want.begin(), want.end());
+}
+
+std::string Shown(const std::vector<int64_t>& dims) {
+  return "[" + std::to_string(dims[0]) + ", " + std::to_string(dims[1]) + "]";
+}
+
 template <typename T>
 class RectCall {
  public:
@@ -45,14 +65,8 @@ class RectCall {
     Tiles at = Shape(m, n);
     a_.assign(at.Count(), T(0));
     Describe(at, desc_a_);
-    // The block [M/rows, N/cols] of JAX's sharding: a 2D block-cyclic layout of one tile each.
-    Int block_desc[9], zero = 0, desc_info = 0, one = 1;
-    Int block_rows = m / rows(), block_cols = n / cols(), block_lld = std::max<Int>(1, m / rows());
-    Typed<Descinit>("descinit_")(block_desc, &m, &n, &block_rows, &block_cols, &zero, &zero,
-                                 &context_, &block_lld, &desc_info);
-    if (desc_info != 0) return Outcome::Fail("descinit rejected A's blocks");
-    using Gemr2d = void (*)(const Int*, const Int*, const void*, const Int*, const Int*,
-                            const Int*, void*, const Int*, const Int*, const Int*, const Int*);
+    Int block_desc[9], one = 1;
+    if (!DescribeBlocks(m, n, block_desc)) return Outcome::Fail("descinit rejected A's blocks");
     Typed<Gemr2d>(Name<T>("gemr2d"))(&m, &n, o_.a->untyped_data(), &one, &one, block_desc,
                                      a_.data(), &one, &one, desc_a_, &context_);
     switch (o_.op) {
@@ -66,6 +80,9 @@ class RectCall {
  private:
   Int rows() const { return static_cast<Int>(o_.rows); }
   Int cols() const { return static_cast<Int>(o_.cols); }
+  using Gemr2d = void (*)(const Int*, const Int*, const void*, const Int*, const Int*,
+                          const Int*, void*, const Int*, const Int*, const Int*, const Int*);
+
   Tiles Shape(Int m, Int n) const {
     return Tiles{m, n, static_cast<Int>(o_.tile), rows(), cols(), row_, col_};
   }
@@ -73,6 +90,33 @@ class RectCall {
     Int zero = 0, info = 0, lld = t.Lld();
     Typed<Descinit>("descinit_")(desc, &t.m, &t.n, &t.tile, &t.tile, &zero, &zero, &context_,
                                  &lld, &info);
+  }
+
+  // An m x n matrix in JAX's blocks [m/rows, n/cols]: a 2D block-cyclic layout of one tile each.
+  bool DescribeBlocks(Int m, Int n, Int* desc) {
+    Int zero = 0, info = 0, block_rows = m / rows(), block_cols = n / cols();
+    Int lld = std::max<Int>(1, block_rows);
+    Typed<Descinit>("descinit_")(desc, &m, &n, &block_rows, &block_cols, &zero, &zero, &context_,
+                                 &lld, &info);
+    return info == 0;
+  }
+
+  // The leading `out_rows x out_cols` of a distributed matrix into `out`: with `blocks`, where
+  // the grid divides it, this process's block of JAX's sharding (p?gemr2d from the tiles, then
+  // the entries `keep` rejects zeroed), else whole on every process (Gather).
+  template <typename Keep>
+  void Deliver(const Tiles& t, const Int* desc, const T* local, Int out_rows, Int out_cols,
+               T* out, Keep keep) {
+    if (!AsBlock(o_, out_rows, out_cols)) return Gather(t, local, out_rows, out_cols, out, keep);
+    Int block_desc[9], one = 1;
+    DescribeBlocks(out_rows, out_cols, block_desc);  // accepted as A's were: same grid
+    Typed<Gemr2d>(Name<T>("gemr2d"))(&out_rows, &out_cols, local, &one, &one, desc, out, &one,
+                                     &one, block_desc, &context_);
+    const Int block_rows = out_rows / rows(), block_cols = out_cols / cols();
+    for (Int j = 0; j < block_cols; ++j)
+      for (Int i = 0; i < block_rows; ++i)
+        if (!keep(row_ * block_rows + i, col_ * block_cols + j))
+          out[i + static_cast<size_t>(j) * block_rows] = T(0);
   }
 
   // The leading `out_rows x out_cols` of a distributed matrix, whole and row-major on every
@@ -137,9 +181,9 @@ class RectCall {
     call(work.data(), static_cast<Int>(work.size()));
     if (*info != 0) return {};
     auto all = [](Int, Int) { return true; };
-    Gather(ut, u.data(), m, k, static_cast<T*>(o_.out0), all);
+    Deliver(ut, desc_u, u.data(), m, k, static_cast<T*>(o_.out0), all);
     std::memcpy(o_.out1, s.data(), s.size() * sizeof(Real));  // every process has s
-    Gather(vt, v.data(), k, n, static_cast<T*>(o_.out2), all);
+    Deliver(vt, desc_vt, v.data(), k, n, static_cast<T*>(o_.out2), all);
     return {};
   }
 
@@ -157,7 +201,8 @@ class RectCall {
     Typed<Geqrf>(Name<T>("geqrf"))(&m, &n, a_.data(), &one, &one, desc_a_, tau.data(),
                                    work.data(), &lwork, info);
     if (*info != 0) return {};
-    Gather(at, a_.data(), k, n, static_cast<T*>(o_.out1), [](Int i, Int j) { return i <= j; });
+    Deliver(at, desc_a_, a_.data(), k, n, static_cast<T*>(o_.out1),
+            [](Int i, Int j) { return i <= j; });
     // Q: the first K columns of the M x N array, from the reflectors there.
     using Orgqr = void (*)(const Int*, const Int*, const Int*, void*, const Int*, const Int*,
                            const Int*, const void*, void*, const Int*, Int*);
@@ -170,7 +215,7 @@ class RectCall {
     Typed<Orgqr>(orgqr)(&m, &k, &k, a_.data(), &one, &one, desc_a_, tau.data(), work.data(),
                         &lwork, info);
     if (*info != 0) return {};
-    Gather(at, a_.data(), m, k, static_cast<T*>(o_.out0), [](Int, Int) { return true; });
+    Deliver(at, desc_a_, a_.data(), m, k, static_cast<T*>(o_.out0), [](Int, Int) { return true; });
     return {};
   }
 
@@ -257,15 +302,21 @@ ffi::Error RunRectOnScalapack(const RectOperands& o) {
   if (dims.size() != 2 || dims[0] != n / o.cols || dims[1] != m / o.rows)
     return Fail(target + ": the local array must be the block [N/cols, M/rows] = [" +
                 std::to_string(n / o.cols) + ", " + std::to_string(m / o.rows) + "]");
-  int64_t out0_rows = o.op == RectOp::kGels ? n : m;
+  const std::string block = o.blocks ? " (with blocks: [C/cols, R/rows] where the grid divides R x C)" : "";
   if (o.op == RectOp::kGels) {
     const auto& bd = o.b->dimensions();
     if (o.b->element_type() != o.a->element_type() || bd.size() != 2 || bd[0] != m || bd[1] < 1)
       return Fail(target + ": b must be [M, nrhs] of A's dtype with M=" + std::to_string(m));
-    if (o.out0_dims.size() != 2 || o.out0_dims[0] != out0_rows || o.out0_dims[1] != bd[1])
-      return Fail(target + ": x must be [N, nrhs]");
-  } else if (o.out0_dims.size() != 2 || o.out0_dims[0] != out0_rows || o.out0_dims[1] != k) {
-    return Fail(target + ": the first result must be [M, K]");
+    if (!HasDims(o.out0_dims, {n, bd[1]})) return Fail(target + ": x must be [N, nrhs]");
+  } else {
+    const std::vector<int64_t> first = ResultDims(o, m, k);
+    if (!HasDims(o.out0_dims, first))
+      return Fail(target + ": the first result must be " + Shown(first) + ", M x K" + block);
+    const std::vector<int64_t> last = ResultDims(o, k, n);
+    const auto& dims = o.op == RectOp::kQr ? o.out1_dims : o.out2_dims;
+    if (!HasDims(dims, last))
+      return Fail(target + ": " + (o.op == RectOp::kQr ? "R" : "VT") + " must be " +
+                  Shown(last) + ", K x N" + block);
   }
   Int info = 0;
   Outcome out = Engine::Get().Run(
@@ -289,15 +340,18 @@ ffi::Error RunRectOnScalapack(const RectOperands& o) {
   if (info != 0) {
     const size_t element = ElementSize(*type);
     const int64_t nrhs = o.op == RectOp::kGels ? o.b->dimensions()[1] : 0;
+    auto count = [](const ffi::AnyBuffer::Dimensions& dims) {
+      return static_cast<size_t>(dims[0] * dims[1]);
+    };
     switch (o.op) {
       case RectOp::kGesvd:
-        FillNaN(o.out0, static_cast<size_t>(m * k) * element);
+        FillNaN(o.out0, count(o.out0_dims) * element);
         FillNaN(o.out1, static_cast<size_t>(k) * RealElementSize(*type));
-        FillNaN(o.out2, static_cast<size_t>(k * n) * element);
+        FillNaN(o.out2, count(o.out2_dims) * element);
         break;
       case RectOp::kQr:
-        FillNaN(o.out0, static_cast<size_t>(m * k) * element);
-        FillNaN(o.out1, static_cast<size_t>(k * n) * element);
+        FillNaN(o.out0, count(o.out0_dims) * element);
+        FillNaN(o.out1, count(o.out1_dims) * element);
         break;
       case RectOp::kGels: FillNaN(o.out0, static_cast<size_t>(n * nrhs) * element); break;
     }

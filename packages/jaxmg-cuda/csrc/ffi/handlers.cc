@@ -355,7 +355,7 @@ JAXMG_ROUTINES(JAXMG_DEFINE)
 
 // Backend "mp"'s rectangular routines (engines/mp.h, RectOperands): on CPUs the block of A
 // [N/cols, M/rows], on GPUs (qr and gels) its local array in tiles, and the position in; the
-// results whole on every process.
+// results whole on every process, or on CPUs (gesvd and qr, attribute `blocks`) in blocks.
 namespace jaxmg {
 namespace {
 
@@ -391,32 +391,33 @@ RectOperands Rect(RectOp op, const char* target, int64_t instance, ffi::AnyBuffe
 ffi::Error MpGesvd(CpuInstance* instance, ffi::AnyBuffer a, Position position,
                    ffi::Result<ffi::AnyBuffer> u, ffi::Result<ffi::AnyBuffer> s,
                    ffi::Result<ffi::AnyBuffer> vt, Status status, int64_t tile, int64_t m,
-                   int64_t n, Span grid, int64_t call_id) {
+                   int64_t n, Span grid, int64_t call_id, int64_t blocks) {
   RectOperands o = Rect(RectOp::kGesvd, "jaxmg_mp_gesvd", instance->Index(), a, position, tile,
                         m, n, grid, call_id);
   o.out0 = u->untyped_data();
   o.out0_dims = u->dimensions();
   o.out1 = s->untyped_data();
   o.out2 = vt->untyped_data();
+  o.out2_dims = vt->dimensions();
+  o.blocks = blocks != 0;
   o.status = status->typed_data();
   if (s->element_type() != RealTypeOf(DtypeOf(a.element_type()).value_or(Dtype::kF32)) ||
-      s->element_count() != static_cast<size_t>(std::min(m, n)) ||
-      vt->element_count() != static_cast<size_t>(std::min(m, n) * n))
-    return Fail("jaxmg_mp_gesvd: s must be [K] of A's real dtype and VT [K, N]");
+      s->element_count() != static_cast<size_t>(std::min(m, n)))
+    return Fail("jaxmg_mp_gesvd: s must be [K] of A's real dtype");
   return RunRectOnScalapack(o);
 }
 
 ffi::Error MpQr(CpuInstance* instance, ffi::AnyBuffer a, Position position,
                 ffi::Result<ffi::AnyBuffer> q, ffi::Result<ffi::AnyBuffer> r, Status status,
-                int64_t tile, int64_t m, int64_t n, Span grid, int64_t call_id) {
+                int64_t tile, int64_t m, int64_t n, Span grid, int64_t call_id, int64_t blocks) {
   RectOperands o =
       Rect(RectOp::kQr, "jaxmg_mp_qr", instance->Index(), a, position, tile, m, n, grid, call_id);
   o.out0 = q->untyped_data();
   o.out0_dims = q->dimensions();
   o.out1 = r->untyped_data();
+  o.out1_dims = r->dimensions();
+  o.blocks = blocks != 0;
   o.status = status->typed_data();
-  if (r->element_count() != static_cast<size_t>(std::min(m, n) * n))
-    return Fail("jaxmg_mp_qr: R must be [K, N]");
   return RunRectOnScalapack(o);
 }
 
@@ -477,14 +478,16 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgMpGesvdCpu, jaxmg::MpGesvd,
                                                        .Ret<xla::ffi::AnyBuffer>()  // U [M, K]
                                                        .Ret<xla::ffi::AnyBuffer>()  // s [K]
                                                        .Ret<xla::ffi::AnyBuffer>()  // VT [K, N]
-                                                       .Ret<xla::ffi::Buffer<xla::ffi::S32>>()));
+                                                       .Ret<xla::ffi::Buffer<xla::ffi::S32>>())
+                                  .Attr<int64_t>("blocks"));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgMpQrCpu, jaxmg::MpQr,
                               jaxmg::WithRectAttrs(jaxmg::MpContext()
                                                        .Arg<xla::ffi::AnyBuffer>()  // a block
                                                        .Arg<jaxmg::Position>()      // position
                                                        .Ret<xla::ffi::AnyBuffer>()  // Q [M, K]
                                                        .Ret<xla::ffi::AnyBuffer>()  // R [K, N]
-                                                       .Ret<xla::ffi::Buffer<xla::ffi::S32>>()));
+                                                       .Ret<xla::ffi::Buffer<xla::ffi::S32>>())
+                                  .Attr<int64_t>("blocks"));
 #ifdef JAXMG_WITH_CUDA
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgMpQrCuda, jaxmg::MpQrCuda,
                               jaxmg::WithRectAttrs(jaxmg::MpCudaContext()

@@ -357,8 +357,12 @@ def getrs(
 # On GPUs (cuSOLVERMp, ``nccl_id`` given; ``qr`` and ``gels`` only) ``a`` is already this
 # process's local array in ``T_A``-square tiles (jaxmg_layout.BlockCyclic2D), transposed: ``[Lc,
 # LLD]``, as the square routines take it: cuSOLVERMp has no p?gemr2d. The results come back
-# whole on every process. Status: the library's info (``> 0``: no convergence, or for ``gels``
-# an exactly singular triangular factor), the outputs NaN then.
+# whole on every process; on CPUs, with ``blocks=True``, each of ``gesvd``'s ``U`` and ``VT``
+# and ``qr``'s ``Q`` and ``R`` whose ``R_ x C_`` the grid divides (``R_`` by its rows, ``C_`` by
+# its columns) comes back as ``a`` goes in: this process's block, transposed, ``[C_/cols,
+# R_/rows]`` (p?gemr2d from the routine's tiles); ``s`` whole. Status: the library's info (``>
+# 0``: no convergence, or for ``gels`` an exactly singular triangular factor), the outputs NaN
+# then.
 
 
 def _rect_attrs(T_A, m, n, grid, nccl_id=None):
@@ -375,33 +379,53 @@ def _rect_attrs(T_A, m, n, grid, nccl_id=None):
     return attrs
 
 
-def gesvd(a, position, *, m, n, grid, T_A):
+def result_shape(rows, cols, grid, blocks):
+    """The shape a ``rows x cols`` result of :func:`gesvd` or :func:`qr` comes back in: whole,
+    or with ``blocks`` where ``grid`` divides it, this process's block transposed."""
+    grid_rows, grid_cols = (int(v) for v in grid)
+    if blocks and rows % grid_rows == 0 and cols % grid_cols == 0:
+        return (cols // grid_cols, rows // grid_rows)
+    return (rows, cols)
+
+
+def gesvd(a, position, *, m, n, grid, T_A, blocks=False):
     """p?gesvd (``JOBU = JOBVT = 'V'``): ``(U [M, K], s [K], VT [K, N], status)``, ``K = min(M,
-    N)``, ``s`` descending."""
+    N)``, ``s`` descending; ``U`` and ``VT`` in blocks with ``blocks`` (:func:`result_shape`)."""
     k = min(m, n)
     call = jax.ffi.ffi_call(
         "jaxmg_mp_gesvd",
         (
-            jax.ShapeDtypeStruct((m, k), a.dtype),
+            jax.ShapeDtypeStruct(result_shape(m, k, grid, blocks), a.dtype),
             jax.ShapeDtypeStruct((k,), jnp.finfo(a.dtype).dtype),
-            jax.ShapeDtypeStruct((k, n), a.dtype),
+            jax.ShapeDtypeStruct(result_shape(k, n, grid, blocks), a.dtype),
             _status(),
         ),
         vmap_method="sequential",
     )
-    return call(a, _position(position), **_rect_attrs(T_A, m, n, grid))
+    attrs = _rect_attrs(T_A, m, n, grid)
+    return call(a, _position(position), blocks=np.int64(bool(blocks)), **attrs)
 
 
-def qr(a, position, *, m, n, grid, T_A, nccl_id=None):
+def qr(a, position, *, m, n, grid, T_A, nccl_id=None, blocks=False):
     """p?geqrf, then p?orgqr (p?ungqr), or on GPUs cusolverMpGeqrf and cusolverMpOrgqr: ``(Q
-    [M, K], R [K, N], status)``, LAPACK's signs."""
+    [M, K], R [K, N], status)``, LAPACK's signs; ``Q`` and ``R`` in blocks with ``blocks`` (CPUs
+    only, :func:`result_shape`)."""
+    if nccl_id is not None and blocks:
+        raise ValueError("backend 'mp' on GPUs returns qr's results whole: call it without blocks")
     k = min(m, n)
     call = jax.ffi.ffi_call(
         "jaxmg_mp_qr",
-        (jax.ShapeDtypeStruct((m, k), a.dtype), jax.ShapeDtypeStruct((k, n), a.dtype), _status()),
+        (
+            jax.ShapeDtypeStruct(result_shape(m, k, grid, blocks), a.dtype),
+            jax.ShapeDtypeStruct(result_shape(k, n, grid, blocks), a.dtype),
+            _status(),
+        ),
         vmap_method="sequential",
     )
-    return call(a, _position(position), **_rect_attrs(T_A, m, n, grid, nccl_id))
+    attrs = _rect_attrs(T_A, m, n, grid, nccl_id)
+    if nccl_id is None:  # the CPU handler's attribute
+        attrs["blocks"] = np.int64(bool(blocks))
+    return call(a, _position(position), **attrs)
 
 
 def gels(a, b, position, *, m, n, grid, T_A, nccl_id=None):

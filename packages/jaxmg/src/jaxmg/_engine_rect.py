@@ -6,8 +6,10 @@ On CPUs, ScaLAPACK's: ``p?gesvd`` for ``svd`` (``full_matrices=False``), ``polar
 goes to the engine as it is (the 1D forms and a process grid ``P(r, c)``). On GPUs,
 cuSOLVERMp's Geqrf + Orgqr for ``qr`` and Gels for :func:`gels` and ``least_squares`` (``M >=
 N``), on ``A`` relaid out in JAX into the engine's tiles first (cuSOLVERMp has no p?gemr2d);
-``svd``, ``polar`` and ``lstsq`` run the compositions of :mod:`jaxmg._svd` there. The results
-come back whole on every process, then are sharded like ``A``.
+``svd``, ``polar`` and ``lstsq`` run the compositions of :mod:`jaxmg._svd` there. On CPUs
+``U``, ``Vh``, ``Q`` and ``R`` come back sharded like ``A`` (ScaLAPACK's p?gemr2d from its tiles
+into JAX's blocks; whole where the device counts do not divide them, as :func:`_like_a` says);
+on GPUs, and for ``gels``'s ``x``, whole on every process, then sharded like ``A``.
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ from ._glue import (
     _mm,
     _positive_diagonal,
     _qr_tangents,
-    _svd_specs,
     _where,
 )
 from ._local import _placed
@@ -62,11 +63,16 @@ def _tiles(geometry, block, tile):
     return block
 
 
-def _mp_call(geometry, wrapper, tile, a, *replicated):
+def _mp_call(geometry, wrapper, tile, a, *replicated, shapes=()):
     """``wrapper`` (a ``jaxmg_cuda.mp`` rectangular target) on each process's part of ``a``
-    (transposed: column-major) and the ``replicated`` operands; every result comes back whole
-    and replicated, the status as a scalar last. On CPUs the part is JAX's block (ScaLAPACK
-    relays it), on GPUs the local array of the engine's tiles (:func:`_tiles`)."""
+    (transposed: column-major) and the ``replicated`` operands; the status comes back as a
+    scalar, last. On CPUs the part is JAX's block (ScaLAPACK relays it), on GPUs the local array
+    of the engine's tiles (:func:`_tiles`).
+
+    ``shapes``: the global shapes of the results before the status, ``None`` for one that is
+    not a matrix. Given on CPUs, the matrices come back sharded like ``A`` (the engine's
+    ``blocks``, whose rule is :func:`_like_a`'s: whole where the grid does not divide one);
+    otherwise every result comes back whole and replicated."""
     m, n = a.shape
     kw = dict(m=m, n=n, grid=geometry.blocks_grid, T_A=tile)
     gpu = geometry.platform == "gpu"
@@ -74,35 +80,48 @@ def _mp_call(geometry, wrapper, tile, a, *replicated):
         rows, cols = geometry.blocks_grid
         tile = kw["T_A"] = min(tile, m // rows, n // cols)
         kw["nccl_id"] = jaxmg_cuda.mp.nccl_id()
+        shapes = ()
+    specs = tuple(P() if s is None else _like_a(geometry, s) for s in shapes)
+    blocked = tuple(s is not None and _like_a(geometry, s) != _REPLICATED for s in shapes)
+    if shapes:
+        kw["blocks"] = True
 
     def body(block, *rest):
         if gpu:
             block = _tiles(geometry, block, tile)
-        return wrapper(block.T, *rest, geometry.position(), **kw)
+        out = wrapper(block.T, *rest, geometry.position(), **kw)
+        # A block comes back column-major, as `a` goes in.
+        return tuple(x.T if i < len(blocked) and blocked[i] else x for i, x in enumerate(out))
 
     out = jax.shard_map(
         body,
         mesh=geometry.mesh,
         in_specs=(geometry.spec,) + (_REPLICATED,) * len(replicated),
-        out_specs=P(),
+        out_specs=specs + (P(),) if shapes else P(),
         check_vma=False,
     )(a, *replicated)
     return (*out[:-1], out[-1][0])
 
 
 def _svd_native(geometry, T_A, a):
-    u, s, vh, status = _mp_call(geometry, jaxmg_cuda.mp.gesvd, _mp_tile(geometry, T_A, a.shape), a)
-    specs = _svd_specs(geometry, u.shape, vh.shape)
-    return _placed(u, geometry.mesh, specs[0]), s, _placed(vh, geometry.mesh, specs[2]), status
+    """``(U, s, Vh, status)`` of any ``[M, N]`` ``a`` by p?gesvd, ``U`` and ``Vh`` like ``A``."""
+    m, n = a.shape
+    k = min(m, n)
+    tile = _mp_tile(geometry, T_A, a.shape)
+    shapes = ((m, k), None, (k, n))
+    return _mp_call(geometry, jaxmg_cuda.mp.gesvd, tile, a, shapes=shapes)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
 def _qr_native(geometry, T_A, a):
     """``(Q, R, status)`` of any ``[M, N]`` ``a`` by p?geqrf and p?orgqr (p?ungqr)."""
-    q, r, status = _mp_call(geometry, jaxmg_cuda.mp.qr, _mp_tile(geometry, T_A, a.shape), a)
-    q, r = _positive_diagonal(q, r)
-    q = _placed(q, geometry.mesh, _like_a(geometry, q.shape))
-    return q, _placed(r, geometry.mesh, _like_a(geometry, r.shape)), status
+    m, n = a.shape
+    k = min(m, n)
+    tile = _mp_tile(geometry, T_A, a.shape)
+    q, r, status = _mp_call(geometry, jaxmg_cuda.mp.qr, tile, a, shapes=((m, k), (k, n)))
+    specs = (_like_a(geometry, q.shape), _like_a(geometry, r.shape))
+    q, r = _glue(geometry, specs, _positive_diagonal, q, r)
+    return q, r, status
 
 
 @_qr_native.defjvp

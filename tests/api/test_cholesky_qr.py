@@ -37,7 +37,7 @@ def factor(a, form):
         return jnp.zeros_like(x), jnp.zeros_like(x), jnp.asarray(FALLBACK, jnp.int32)
 
     program = jax.jit(lambda a: _qr._cholesky_qr2_or(geometry, a, fallback, with_r=True))
-    return (np.asarray(x) for x in program(sharded))
+    return (np.asarray(x) for x in program(sharded)[:3])
 
 
 @pytest.mark.parametrize("form", ["rows", "cols"])

@@ -4,15 +4,15 @@
 XLA's partitioner computes a Gram matrix ``X^H X`` of a row-sharded ``X`` as a full ``K x K``
 partial sum on every device followed by an all-reduce, and ``X G`` by gathering ``G``: for a
 square ``X`` that is a whole matrix per device. The products here send one block at a time
-(``ppermute``: around the ring of the axis, or by columns straight to the device that needs
-it, in :data:`PIECES` pieces of its columns) instead, so each device holds its own blocks and
-one block or piece in flight. They run inside ``jax.shard_map`` on the local blocks of ``X``
-sharded by rows ``P(axis, None)`` (``x``: ``[M/p, K]``) or by columns ``P(None, axis)`` (``x``:
-``[M, K/p]``), ``K`` divisible by the ``p`` devices of ``axis``.
+instead, straight to the device that needs it (``ppermute``) in :data:`PIECES` pieces of its
+columns (the Gram matrix by rows: a ring reduce-scatter of partial sums), so each device holds
+its own blocks and one piece in flight. They run inside ``jax.shard_map`` on the local blocks
+of ``X`` sharded by rows ``P(axis, None)`` (``x``: ``[M/p, K]``) or by columns ``P(None,
+axis)`` (``x``: ``[M, K/p]``), ``K`` divisible by the ``p`` devices of ``axis``.
 
 Used by the Newton-Schulz polish of the singular vectors (:mod:`jaxmg._svd`), by CholeskyQR
 (:mod:`jaxmg._qr`: its Gram matrices and its ``X R^{-1}``, :func:`right_triangular_solve`, a
-blocked triangular solve that sends one block of ``R`` or of the solution at a time) and by
+blocked triangular solve that sends one piece of ``R`` or of the solution at a time) and by
 QDWH (:mod:`jaxmg._qdwh`).
 """
 
@@ -55,6 +55,18 @@ def _rows(x, block, width):
     return lax.dynamic_slice_in_dim(x, block * width, width, axis=0)
 
 
+#: How many pieces of its columns a block is sent in (where they divide its width): two halve
+#: the block in flight (QDWH's stacked ``[2N, N/p]`` blocks by columns are two blocks of ``A``)
+#: for twice the collectives, and a program that takes about 10% longer to compile; four saved
+#: one more block of ``A`` but took 40-60% longer to compile (svd, qr, polar, 4 and 8 devices).
+PIECES = 2
+
+
+def _pieces(width):
+    """How many pieces of its columns an ``[M, width]`` block is sent in."""
+    return PIECES if width % PIECES == 0 else 1
+
+
 # --- X sharded by rows: local x [M/p, K]; the K x K matrices by rows, local [K/p, K]
 
 
@@ -74,30 +86,26 @@ def gram_by_rows(x, y, axis, p):
 
 
 def times_by_rows(x, g, axis, p):
-    """Local rows of ``X G`` from ``G``'s row block ``me``: the blocks of ``G`` go round."""
+    """Local rows of ``X G`` from ``G``'s row block ``me``: ``x_{me, j} g_j`` for every ``j``.
+    At step ``s`` every device sends its row block of ``G`` to device ``me - s`` directly, in
+    pieces of its columns (:func:`_pieces`), each piece giving columns of the product."""
     me = lax.axis_index(axis)
     width = x.shape[1] // p
-    out = _mm(_columns(x, me, width), g)
-    for step in range(1, p):
-        g = lax.ppermute(_after(g, out), axis, _shift(p, -1))  # now block me + step
-        out = out + _mm(_columns(x, (me + step) % p, width), g)
+    n2 = g.shape[1]
+    cols = n2 // _pieces(n2)
+    out = jnp.zeros((x.shape[0], n2), jnp.result_type(x, g))
+    for step in range(p):
+        xs = _columns(x, (me + step) % p, width)
+        for c in range(0, n2, cols):
+            piece = _after(g[:, c : c + cols], out)
+            if step:
+                piece = lax.ppermute(piece, axis, _shift(p, -step))
+            done = lax.dynamic_slice_in_dim(out, c, cols, axis=1)
+            out = lax.dynamic_update_slice_in_dim(out, done + _mm(xs, piece), c, axis=1)
     return out
 
 
 # --- X sharded by columns: local x [M, K/p]; the K x K matrices by columns, local [K, K/p]
-
-
-#: How many pieces of its columns a block of ``X`` by columns is sent in (where they divide its
-#: width): two halve the block in flight (QDWH's stacked ``[2N, N/p]`` blocks are two blocks of
-#: ``A``) for twice the collectives, and a program that takes about 10% longer to compile; four
-#: saved one more block of ``A`` but took 40-60% longer to compile (svd, qr, polar, 4 and 8
-#: devices).
-PIECES = 2
-
-
-def _pieces(width):
-    """How many pieces of its columns an ``[M, width]`` block is sent in."""
-    return PIECES if width % PIECES == 0 else 1
 
 
 def gram_by_columns(x, y, axis, p):
@@ -122,14 +130,20 @@ def gram_by_columns(x, y, axis, p):
 
 
 def times_by_columns(x, g, axis, p):
-    """Local columns of ``X G`` from ``G``'s column block ``me`` (``[K, N2/p]``): the blocks
-    of ``X`` go round."""
+    """Local columns of ``X G`` from ``G``'s column block ``me`` (``[K, N2/p]``): ``x_j
+    g_{j, me}`` for every ``j``. At step ``s`` every device sends its block of ``X`` to device
+    ``me - s`` directly, in pieces of its columns (:func:`_pieces`)."""
     me = lax.axis_index(axis)
     width = x.shape[1]
-    out = _mm(x, _rows(g, me, width))
-    for step in range(1, p):
-        x = lax.ppermute(_after(x, out), axis, _shift(p, -1))  # now block me + step
-        out = out + _mm(x, _rows(g, (me + step) % p, width))
+    cols = width // _pieces(width)
+    out = jnp.zeros((x.shape[0], g.shape[1]), jnp.result_type(x, g))
+    for step in range(p):
+        g_j = _rows(g, (me + step) % p, width)
+        for c in range(0, width, cols):
+            piece = _after(x[:, c : c + cols], out)
+            if step:
+                piece = lax.ppermute(piece, axis, _shift(p, -step))
+            out = out + _mm(piece, g_j[c : c + cols])
     return out
 
 
@@ -240,15 +254,22 @@ def _solve_by_rows(x, t, axis, p, lower):
     """``X T^{-1}``, local rows of ``X`` ``[M/p, K]`` and row block ``me`` of ``T``
     ``[K/p, K]``. Block column ``j`` of the solution, ``Y_j = (X_j - sum_i Y_i T_ij) T_jj^{-1}``
     (``i < j`` for an upper ``T``, ``i > j`` for a lower one), needs row block ``j`` of ``T``:
-    it goes to every device in turn, and each device solves its own rows."""
+    it goes to every device in turn, its diagonal block ``T_jj`` first, then the part that
+    the later blocks need in pieces of its columns (:func:`_pieces`), and each device solves
+    its own rows."""
     me = lax.axis_index(axis)
-    w = x.shape[1] // p
+    k = x.shape[1]
+    w = k // p
     for j in reversed(range(p)) if lower else range(p):
-        t_j = _from(t, me, j, axis, x)  # row block j of T, [w, K]
-        y_j = _solve_right(t_j[:, j * w : (j + 1) * w], x[:, j * w : (j + 1) * w], lower)
-        x = x.at[:, j * w : (j + 1) * w].set(y_j)
-        later = slice(0, j * w) if lower else slice((j + 1) * w, None)
-        x = x.at[:, later].add(-_mm(y_j, t_j[:, later]))
+        diagonal = slice(j * w, (j + 1) * w)
+        t_jj = _from(t[:, diagonal], me, j, axis, x)
+        x = x.at[:, diagonal].set(_solve_right(t_jj, x[:, diagonal], lower))
+        start, stop = (0, j * w) if lower else ((j + 1) * w, k)
+        if stop > start:
+            cols = (stop - start) // _pieces(stop - start)
+            for c in range(start, stop, cols):
+                t_jc = _from(t[:, c : c + cols], me, j, axis, x)
+                x = x.at[:, c : c + cols].add(-_mm(x[:, diagonal], t_jc))
     return x
 
 

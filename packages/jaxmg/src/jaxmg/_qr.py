@@ -133,8 +133,8 @@ def _distance2_from_identity(g):
 
 
 def _cholesky_qr2_or(geometry, a, fallback, with_r):
-    """``(Q, R or None, status)`` of ``a`` by CholeskyQR2 when that is enough, else
-    ``fallback(a)``.
+    """``(Q, R or None, status, plain)`` of ``a`` by CholeskyQR2 when that is enough (``plain``
+    true), else ``fallback(a)``.
 
     CholeskyQR2 (Yamamoto, Nakatsukasa, Yanagisawa, Fukaya 2015) is backward stable and
     orthonormal to ``O(ε)`` while ``cond(A)`` is below about ``ε^{-1/2}``. The Gram matrix
@@ -148,10 +148,11 @@ def _cholesky_qr2_or(geometry, a, fallback, with_r):
     q1, _, st1 = _cholesky_qr(a, geometry, None)
     near = _glue(geometry, P(), _distance2_from_identity, _gram(q1, geometry)) < 0.25  # NaN: no
 
-    def plain(a):
+    def twice(a):
         return _steps(geometry, a, (False, False), with_r)
 
-    return lax.cond((st1 == 0) & near, plain, fallback, a)
+    plain = (st1 == 0) & near
+    return (*lax.cond(plain, twice, fallback, a), plain)
 
 
 def orthonormal_factor(geometry, a, shifted, g=None):
@@ -170,17 +171,24 @@ def _qr_program(geometry, a):
     n = a.shape[1]
 
     def shifted(a):
-        q, r, status = _steps(geometry, a, (True, True, False, False), with_r=True)
-        # Dependent columns need not make a factorisation fail (the shift keeps the first Gram
-        # matrix positive definite): Q's columns then are not orthonormal, and the status says
-        # so. (On CholeskyQR2's branch its test of G_2 has excluded them.)
-        lost = _products.distance_from_orthonormal(q, geometry.mesh, geometry.spec)
-        return q, r, jnp.where((status == 0) & ~(lost < _DEPENDENT), n + 1, status)
+        return _steps(geometry, a, (True, True, False, False), with_r=True)
 
-    q, r, status = _cholesky_qr2_or(geometry, a, shifted, with_r=True)
-    r = _glue(geometry, geometry.spec, jnp.triu, r)
+    def distance(q):
+        return _products.distance_from_orthonormal(q, geometry.mesh, geometry.spec)
+
+    q, r, status, plain = _cholesky_qr2_or(geometry, a, shifted, with_r=True)
+    # Dependent columns need not make a shifted factorisation fail (the shift keeps the first
+    # Gram matrix positive definite): Q's columns then are not orthonormal, and the status says
+    # so. (On CholeskyQR2's branch its test of G_2 has excluded them.) Checked after the
+    # branches: inside the shifted one, Q^H Q was made beside a copy of Q and R (1.25 blocks).
+    lost = lax.cond(plain, lambda q: jnp.zeros((), jnp.real(q).dtype), distance, q)
+    status = jnp.where((status == 0) & ~(lost < _DEPENDENT), n + 1, status)
     nan = jnp.asarray(jnp.nan, a.dtype)
-    q, r = (jnp.where(status == 0, x, nan) for x in (q, r))
+
+    def final(q, r, status):  # one glue: apart, XLA kept a copy of R between them
+        return jnp.where(status == 0, q, nan), jnp.where(status == 0, jnp.triu(r), nan)
+
+    q, r = _glue(geometry, (geometry.spec, geometry.spec), final, q, r, status)
     return q, r, status
 
 

@@ -47,6 +47,16 @@ def _after(value, earlier):
     return value + 0 * earlier[:1, :1].astype(value.dtype)
 
 
+def _received(piece, step, axis, p, earlier, prepare=None):
+    """Device ``me + step``'s ``piece`` (``prepare``d) on device ``me``: every device sends its
+    own straight to device ``me - step`` (nothing moves at step 0), made once ``earlier`` is
+    computed (:func:`_after`; else XLA makes the piece once for every step, and keeps it)."""
+    piece = _after(piece, earlier)
+    if prepare is not None:
+        piece = prepare(piece)
+    return lax.ppermute(piece, axis, _shift(p, -step)) if step else piece
+
+
 def _columns(x, block, width):
     return lax.dynamic_slice_in_dim(x, block * width, width, axis=1)
 
@@ -97,9 +107,7 @@ def times_by_rows(x, g, axis, p):
     for step in range(p):
         xs = _columns(x, (me + step) % p, width)
         for c in range(0, n2, cols):
-            piece = _after(g[:, c : c + cols], out)
-            if step:
-                piece = lax.ppermute(piece, axis, _shift(p, -step))
+            piece = _received(g[:, c : c + cols], step, axis, p, out)
             done = lax.dynamic_slice_in_dim(out, c, cols, axis=1)
             out = lax.dynamic_update_slice_in_dim(out, done + _mm(xs, piece), c, axis=1)
     return out
@@ -119,11 +127,8 @@ def gram_by_columns(x, y, axis, p):
     out = jnp.zeros((p * width, y.shape[1]), jnp.result_type(x, y))
     for step in range(p):
         for c in range(0, width, cols):
-            # sent as X^H (XLA:CPU's dot of a transposed operand is slower), made after the last
-            # piece's product: the same piece at every step would otherwise be made once, kept
-            xh = _h(_after(x[:, c : c + cols], out))
-            if step:
-                xh = lax.ppermute(xh, axis, _shift(p, -step))
+            # sent as X^H (XLA:CPU's dot of a transposed operand is slower)
+            xh = _received(x[:, c : c + cols], step, axis, p, out, prepare=_h)
             row = ((me + step) % p) * width + c
             out = lax.dynamic_update_slice_in_dim(out, _mm(xh, y), row, axis=0)
     return out
@@ -140,10 +145,7 @@ def times_by_columns(x, g, axis, p):
     for step in range(p):
         g_j = _rows(g, (me + step) % p, width)
         for c in range(0, width, cols):
-            piece = _after(x[:, c : c + cols], out)
-            if step:
-                piece = lax.ppermute(piece, axis, _shift(p, -step))
-            out = out + _mm(piece, g_j[c : c + cols])
+            out = out + _mm(_received(x[:, c : c + cols], step, axis, p, out), g_j[c : c + cols])
     return out
 
 

@@ -1,7 +1,7 @@
 """The ring products and the blocked triangular solve of jaxmg._products against numpy, by rows
-and by columns, at the suite's device count; by columns both widths whose blocks split into
-pieces (sent one piece at a time, ``_products.PIECES``) and widths whose blocks do not (sent
-whole)."""
+and by columns, at the suite's device count; each with its blocks sent in pieces
+(``_products.PIECES``; ``SPLIT_BYTES`` 0, as blocks of large matrices are) and whole (as these
+small ones go otherwise), and by columns also a width whose blocks do not split."""
 
 import jax
 import numpy as np
@@ -24,6 +24,15 @@ def sharded(a, form):
 def random(shape, seed):
     rng = np.random.default_rng(seed)
     return rng.standard_normal(shape) + 1j * rng.standard_normal(shape)
+
+
+@pytest.fixture(params=["pieces", "whole"], autouse=True)
+def split(request, monkeypatch):
+    if request.param == "pieces":
+        monkeypatch.setattr(_products, "SPLIT_BYTES", 0)
+    jax.clear_caches()  # the programs are traced again, with this choice
+    yield request.param
+    jax.clear_caches()
 
 
 def widths():

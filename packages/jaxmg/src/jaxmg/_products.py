@@ -67,14 +67,20 @@ def _rows(x, block, width):
 
 #: How many pieces of its columns a block is sent in (where they divide its width): two halve
 #: the block in flight (QDWH's stacked ``[2N, N/p]`` blocks by columns are two blocks of ``A``)
-#: for twice the collectives, and a program that takes about 10% longer to compile; four saved
+#: for twice the collectives, and a program that takes 10-25% longer to compile; four saved
 #: one more block of ``A`` but took 40-60% longer to compile (svd, qr, polar, 4 and 8 devices).
 PIECES = 2
 
+#: Blocks smaller than this many bytes go whole: there the memory a piece saves is nothing, and
+#: the compile time the pieces cost is most of a call's (128 KiB: the smallest pieces of an N =
+#: 1024 float64 matrix on 8 devices still split).
+SPLIT_BYTES = 1 << 17
 
-def _pieces(width):
-    """How many pieces of its columns an ``[M, width]`` block is sent in."""
-    return PIECES if width % PIECES == 0 else 1
+
+def _pieces(rows, width, dtype):
+    """How many pieces of its columns a ``[rows, width]`` block of ``dtype`` is sent in."""
+    big = rows * width * jnp.dtype(dtype).itemsize >= SPLIT_BYTES
+    return PIECES if big and width % PIECES == 0 else 1
 
 
 # --- X sharded by rows: local x [M/p, K]; the K x K matrices by rows, local [K/p, K]
@@ -102,7 +108,7 @@ def times_by_rows(x, g, axis, p):
     me = lax.axis_index(axis)
     width = x.shape[1] // p
     n2 = g.shape[1]
-    cols = n2 // _pieces(n2)
+    cols = n2 // _pieces(g.shape[0], n2, g.dtype)
     out = jnp.zeros((x.shape[0], n2), jnp.result_type(x, g))
     for step in range(p):
         xs = _columns(x, (me + step) % p, width)
@@ -123,7 +129,7 @@ def gram_by_columns(x, y, axis, p):
     rows of ``x_j^H y_me``."""
     me = lax.axis_index(axis)
     width = x.shape[1]
-    cols = width // _pieces(width)
+    cols = width // _pieces(x.shape[0], width, x.dtype)
     out = jnp.zeros((p * width, y.shape[1]), jnp.result_type(x, y))
     for step in range(p):
         for c in range(0, width, cols):
@@ -140,7 +146,7 @@ def times_by_columns(x, g, axis, p):
     ``me - s`` directly, in pieces of its columns (:func:`_pieces`)."""
     me = lax.axis_index(axis)
     width = x.shape[1]
-    cols = width // _pieces(width)
+    cols = width // _pieces(x.shape[0], width, x.dtype)
     out = jnp.zeros((x.shape[0], g.shape[1]), jnp.result_type(x, g))
     for step in range(p):
         g_j = _rows(g, (me + step) % p, width)
@@ -268,7 +274,7 @@ def _solve_by_rows(x, t, axis, p, lower):
         x = x.at[:, diagonal].set(_solve_right(t_jj, x[:, diagonal], lower))
         start, stop = (0, j * w) if lower else ((j + 1) * w, k)
         if stop > start:
-            cols = (stop - start) // _pieces(stop - start)
+            cols = (stop - start) // _pieces(w, stop - start, t.dtype)
             for c in range(start, stop, cols):
                 t_jc = _from(t[:, c : c + cols], me, j, axis, x)
                 x = x.at[:, c : c + cols].add(-_mm(x[:, diagonal], t_jc))
@@ -282,7 +288,7 @@ def _solve_by_columns(x, t, axis, p, lower):
     blocks depend on it."""
     me = lax.axis_index(axis)
     w = x.shape[1]
-    cols = w // _pieces(w)
+    cols = w // _pieces(x.shape[0], w, x.dtype)
     for j in reversed(range(p)) if lower else range(p):
         rows = slice(j * w, (j + 1) * w)  # T_jj on device j, T_jk on device k
         x = jnp.where(me == j, _solve_right(t[rows], x, lower), x)

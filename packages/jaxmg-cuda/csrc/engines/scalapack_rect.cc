@@ -302,7 +302,8 @@ ffi::Error RunRectOnScalapack(const RectOperands& o) {
   if (dims.size() != 2 || dims[0] != n / o.cols || dims[1] != m / o.rows)
     return Fail(target + ": the local array must be the block [N/cols, M/rows] = [" +
                 std::to_string(n / o.cols) + ", " + std::to_string(m / o.rows) + "]");
-  const std::string block = o.blocks ? " (with blocks: [C/cols, R/rows] where the grid divides R x C)" : "";
+  const std::string block =
+      o.blocks ? " (with blocks: [C/cols, R/rows] where the grid divides R x C)" : "";
   if (o.op == RectOp::kGels) {
     const auto& bd = o.b->dimensions();
     if (o.b->element_type() != o.a->element_type() || bd.size() != 2 || bd[0] != m || bd[1] < 1)

@@ -82,6 +82,8 @@ def _mp_call(geometry, wrapper, tile, a, *replicated, shapes=()):
         kw["nccl_id"] = jaxmg_cuda.mp.nccl_id()
         shapes = ()
     specs = tuple(P() if s is None else _like_a(geometry, s) for s in shapes)
+    # the results the engine returns as blocks (its rule is _like_a's; a shape cannot tell: on
+    # one process a square block is a whole matrix's shape), column-major as `a` goes in
     blocked = tuple(s is not None and _like_a(geometry, s) != _REPLICATED for s in shapes)
     if shapes:
         kw["blocks"] = True
@@ -90,7 +92,6 @@ def _mp_call(geometry, wrapper, tile, a, *replicated, shapes=()):
         if gpu:
             block = _tiles(geometry, block, tile)
         out = wrapper(block.T, *rest, geometry.position(), **kw)
-        # A block comes back column-major, as `a` goes in.
         return tuple(x.T if i < len(blocked) and blocked[i] else x for i, x in enumerate(out))
 
     out = jax.shard_map(

@@ -3,7 +3,10 @@
 test hook ``run_rect_cuda_on_host``, against the emulator of the CUDA runtime, NCCL and
 cuSOLVERMp in ``tests/native/fake_cuda`` (numbers from MKL's ScaLAPACK). Each rank stages its
 local array of the 2D block-cyclic layout (:class:`jaxmg_layout.BlockCyclic2D`) of a tall and,
-for qr, a wide ``A``; the results, whole on every rank, are checked against numpy. Then the
+for qr, a wide ``A``; the results, whole on every rank, are checked against numpy. qr with
+``blocks``: each rank's ``Q`` and ``R`` as its local array of tiles where the grid divides them
+(whole elsewhere), gathered and assembled by :class:`BlockCyclic2D`, against the whole results and
+numpy, the padding zeros. Then the
 version the engine read (cusolverMpGetVersion: the emulator models 0.8.0, without Gesvd), a
 wide ``gels`` refused with the reason, and no misuse of the libraries.
 
@@ -50,7 +53,7 @@ def random(shape, dtype, seed):
     return x.astype(dtype)
 
 
-def call(op, a, b=None):
+def call(op, a, b=None, blocks=False):
     """``op`` on this rank's local array of ``a`` (column-major, one padding row past LLD)."""
     m, n = a.shape
     plan = BlockCyclic2D.make(m, n, (rows, cols), tile)
@@ -73,7 +76,30 @@ def call(op, a, b=None):
         a=local.tobytes(),
         b=b"" if b is None else np.ascontiguousarray(b).tobytes(),
         nccl_id=nccl_words,
+        blocks=blocks,
     )
+
+
+def assembled(data, dtype, shape):
+    """A result of ``qr(..., blocks=True)``: whole where the grid does not divide ``shape``;
+    else every rank's local array of tiles (``[Lc, Lr]``, column-major, each extent of the
+    block rounded up to whole tiles), gathered and assembled, and whether the padding past each
+    rank's own entries is zeros."""
+    r, c = shape
+    if r % rows or c % cols:
+        return np.frombuffer(data, dtype).reshape(r, c), True
+    plan = BlockCyclic2D.make(r, c, (rows, cols), tile)
+    lr, lc = plan.padded_local_shape
+    everyone = comm.allgather(np.frombuffer(data, dtype).reshape(lc, lr).T)
+    parts, zeros = [], True
+    for pr in range(rows):
+        parts.append([])
+        for pc in range(cols):
+            local = everyone[pr * cols + pc]
+            hr, hc = plan.local_shape(pr, pc)
+            zeros &= not local[hr:].any() and not local[:, hc:].any()
+            parts[-1].append(local[:hr, :hc])
+    return plan.assemble(parts), zeros
 
 
 def tolerance(dtype):
@@ -101,6 +127,27 @@ for dtype in (np.float32, np.float64, np.complex64, np.complex128):
             and np.allclose(np.abs(np.diag(r)), np.abs(np.diag(np.linalg.qr(A)[1])), rtol=1e-3),
             backward=float(backward),
             orthonormal=float(orthonormal),
+            error=out["error"],
+        )
+    for m, n in ((12, 8), (8, 12), (12, 5)):  # (12, 5): R, and on 1 x 2 Q, come back whole
+        A = random((m, n), dtype, seed=m + n)
+        k = min(m, n)
+        whole = call("qr", A)
+        out = call("qr", A, blocks=True)
+        q, q_zeros = assembled(out["out0"], dtype, (m, k))
+        r, r_zeros = assembled(out["out1"], dtype, (k, n))
+        backward = np.linalg.norm(q @ r - A) / np.linalg.norm(A)
+        check(
+            f"qr in blocks {m}x{n} {name}",
+            not out["error"]
+            and out["status"] == 0
+            and q_zeros
+            and r_zeros
+            and np.array_equal(q, np.frombuffer(whole["out0"], dtype).reshape(m, k))
+            and np.array_equal(r, np.frombuffer(whole["out1"], dtype).reshape(k, n))
+            and backward < 10 * tol
+            and np.allclose(np.tril(r, -1), 0),
+            backward=float(backward),
             error=out["error"],
         )
     A = random((13, 5), dtype, seed=5)

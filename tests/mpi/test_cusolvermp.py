@@ -62,7 +62,7 @@ def test_cusolvermp_engine_on_the_emulator(fake_cuda, tmp_path, grid, tile, n):
 
 
 RECT_WORKER = pathlib.Path(__file__).with_name("cusolvermp_rect_worker.py")
-RECT_CHECKS = 4 * 3 + 3  # per dtype: qr tall and wide, gels; then version, wide gels, violations
+RECT_CHECKS = 4 * 6 + 3  # per dtype: qr tall and wide, qr in blocks three ways, gels; then 3
 
 
 @pytest.mark.parametrize(("grid", "tile"), [("1x1", 3), ("1x2", 2), ("2x1", 3), ("2x2", 2)])

@@ -838,9 +838,20 @@ def test_mp_cuda_rectangular_lowering_on_cpu(cpu_devices, routine):
     assert "m = 10 : i64" in text and "n = 6 : i64" in text
     results = ("tensor<10x6xf64>", "tensor<6x6xf64>") if routine == "qr" else ("tensor<6x2xf64>",)
     assert all(r in text for r in results), text
-    if routine == "qr":  # the CPU engine's results in blocks: cuSOLVERMp's come back whole
-        with pytest.raises(ValueError, match="returns qr's results whole"):
-            jaxmg_cuda.mp.qr(a, 0, blocks=True, **common)
+    if routine == "qr":  # in blocks: the local arrays of 4-square tiles, each extent rounded up
+        blocked = dict(common, T_A=4, blocks=True)
+        fn = jax.jit(
+            jax.shard_map(
+                lambda a: jaxmg_cuda.mp.qr(a, jax.lax.axis_index("x"), **blocked),
+                mesh=mesh,
+                in_specs=ROWS,
+                out_specs=(P(), P(), P()),
+                check_vma=False,
+            )
+        )
+        text = fn.trace(a).lower(lowering_platforms=("cuda",)).as_text()
+        assert "blocks = 1 : i64" in text
+        assert "tensor<8x12xf64>" in text and "tensor<8x8xf64>" in text, text  # Q^T, R^T
 
 
 _MP_GPU_SCRIPT = """

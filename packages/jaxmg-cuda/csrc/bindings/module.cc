@@ -205,8 +205,9 @@ PYBIND11_MODULE(_jaxmg_cuda, m) {
       [](const std::string& op, const std::string& dtype, int64_t m, int64_t n, int64_t tile,
          int64_t nrhs, std::vector<int64_t> grid, int position, int64_t device_id,
          int64_t local_cols, int64_t lld, const py::bytes& a, const py::bytes& b,
-         std::vector<int64_t> nccl_id) {
+         std::vector<int64_t> nccl_id, bool blocks) {
         jaxmg::HostRectCall call;
+        call.blocks = blocks;
         call.op = op;
         call.dtype = dtype;
         call.m = m;
@@ -239,6 +240,7 @@ PYBIND11_MODULE(_jaxmg_cuda, m) {
       py::arg("op"), py::arg("dtype"), py::arg("m"), py::arg("n"), py::arg("tile"),
       py::arg("nrhs"), py::arg("grid"), py::arg("position"), py::arg("device_id"),
       py::arg("local_cols"), py::arg("lld"), py::arg("a"), py::arg("b"), py::arg("nccl_id"),
+      py::arg("blocks") = false,
       "Test hook: one call of backend 'mp''s rectangular routines on cuSOLVERMp outside XLA "
       "(cuda_testing.h, RunRectCudaOnHost); a dict of out0, out1, status and error.");
   m.def(

@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <xla/ffi/api/ffi.h>
 
@@ -46,8 +47,16 @@ ffi::Error RunOnCusolverMp(const Operands& operands, const MpGrid& grid,
 // The rectangular routines (mp.h, RectOperands): kQr by Geqrf then Orgqr, kGels by Gels (M >=
 // N, one right-hand side per call); `a` is this process's local array in `tile`-square tiles
 // (cusolvermp_rect.cc). kGesvd is refused: cusolverMpGesvd came in 0.9.0 and is not bound.
+// With `blocks`, kQr's Q and R come back as A goes in (CusolverMpResultDims).
 ffi::Error RunRectOnCusolverMp(const RectOperands& operands, ffi::Span<const int64_t> nccl_id,
                                cudaStream_t stream, int32_t ordinal, ScratchFn scratch);
+
+// The shape an `r x c` result of kQr comes back in: whole, row-major [r, c]; or, with
+// `operands.blocks` where the grid divides it (r by its rows, c by its columns), this process's
+// local array of the result in `tile`-square tiles, transposed: [Lc, Lr], each the block's
+// extent rounded up to whole tiles (jaxmg_layout.BlockCyclic2D.padded_local_shape), zeros past
+// the process's own rows and columns, which JAX's inverse relayout takes back to its blocks.
+std::vector<int64_t> CusolverMpResultDims(const RectOperands& operands, int64_t r, int64_t c);
 
 // The version cusolverMpGetVersion gave (0.9.1 is 901) once a call has made this process's
 // handle, else 0.

@@ -1,7 +1,8 @@
 // cuSOLVERMp over NCCL (cusolvermp.h), the rectangular routines of backend "mp" on GPUs: qr
 // (Geqrf, then Orgqr) and gels (Gels), on A's local array in tile-square tiles (the caller
 // relayouts JAX's blocks in JAX first: cuSOLVERMp has no p?gemr2d), the results whole on every
-// process, as scalapack_rect.cc's. gesvd is not here: cusolverMpGesvd came in 0.9.0, and where
+// process, as scalapack_rect.cc's, or qr's with `blocks` as local arrays in the same tiles (JAX
+// relayouts them back). gesvd is not here: cusolverMpGesvd came in 0.9.0, and where
 // it is missing or not yet bound jaxmg's compositions run on GPUs (jaxmg._svd).
 #include <algorithm>
 #include <cstring>
@@ -18,6 +19,14 @@ namespace {
 
 using cusolvermp::Connection;
 using cusolvermp::Libraries;
+
+// Whether an r x c result comes back as this process's local array (RectOperands::blocks).
+bool AsLocal(const RectOperands& o, int64_t r, int64_t c) {
+  return o.blocks && o.rows > 0 && o.cols > 0 && r % o.rows == 0 && c % o.cols == 0;
+}
+
+// A block's extent `block` rounded up to whole tiles (BlockCyclic2D.padded_local_shape).
+int64_t Padded(int64_t block, int64_t tile) { return (block + tile - 1) / tile * tile; }
 
 class RectCall {
  public:
@@ -71,8 +80,8 @@ class RectCall {
   std::vector<std::pair<void*, size_t>> Outputs() const {
     const int64_t k = std::min(o_.m, o_.n);
     if (o_.op == RectOp::kQr)
-      return {{o_.out0, static_cast<size_t>(o_.m * k) * esize_},
-              {o_.out1, static_cast<size_t>(k * o_.n) * esize_}};
+      return {{o_.out0, Count(CusolverMpResultDims(o_, o_.m, k)) * esize_},
+              {o_.out1, Count(CusolverMpResultDims(o_, k, o_.n)) * esize_}};
     return {{o_.out0, static_cast<size_t>(o_.n * nrhs_) * esize_}};
   }
 
@@ -101,6 +110,7 @@ class RectCall {
       return Outcome::Fail("the local array must be [columns, LLD] holding this process's " +
                            std::to_string(local_rows_) + " x " + std::to_string(local_cols_) +
                            " local block of the M x N matrix in T_A-square tiles");
+    if (o_.op == RectOp::kQr) return CheckQrResults();
     if (o_.op == RectOp::kGels) {
       const auto b = o_.b != nullptr ? o_.b->dimensions() : ffi::AnyBuffer::Dimensions();
       if (o_.b == nullptr || b.size() != 2 || b[0] != o_.m || b[1] < 1 ||
@@ -112,6 +122,37 @@ class RectCall {
       nrhs_ = b[1];
     }
     return {};
+  }
+
+  // Q [M, K] and R [K, N] whole, or with `blocks` as local arrays of tiles that JAX's relayout
+  // takes back to its blocks: there a tile no wider than the block of every sharded axis.
+  Outcome CheckQrResults() const {
+    const int64_t m = o_.m, n = o_.n, k = std::min(m, n);
+    const struct {
+      const char* name;
+      int64_t r, c;
+      const ffi::AnyBuffer::Dimensions& dims;
+    } results[] = {{"Q", m, k, o_.out0_dims}, {"R", k, n, o_.out1_dims}};
+    for (const auto& x : results) {
+      const std::vector<int64_t> want = CusolverMpResultDims(o_, x.r, x.c);
+      if (x.dims.size() != want.size() || !std::equal(want.begin(), want.end(), x.dims.begin()))
+        return Outcome::Fail(std::string(x.name) + " must be [" + std::to_string(want[0]) + ", " +
+                             std::to_string(want[1]) + "]" +
+                             (o_.blocks ? " (with blocks: [Lc, Lr], the local array of tiles "
+                                          "transposed, where the grid divides it)"
+                                        : ""));
+      if (AsLocal(o_, x.r, x.c) && ((o_.rows > 1 && o_.tile > x.r / o_.rows) ||
+                                    (o_.cols > 1 && o_.tile > x.c / o_.cols)))
+        return Outcome::Fail("with blocks, T_A=" + std::to_string(o_.tile) + " must be at most " +
+                             x.name + "'s block on each sharded axis (" +
+                             std::to_string(x.r / o_.rows) + " x " +
+                             std::to_string(x.c / o_.cols) + ")");
+    }
+    return {};
+  }
+
+  static size_t Count(const std::vector<int64_t>& dims) {
+    return static_cast<size_t>(dims[0]) * static_cast<size_t>(dims[1]);
   }
 
   // Global row (column) of local row (column) `l` of process row (column) `p` of `procs`.
@@ -137,6 +178,36 @@ class RectCall {
       return r;
     JAXMG_CUDART(rt_, cudaStreamSynchronize(stream_));  // `host` goes out of scope
     return {};
+  }
+
+  // `host` to the output `out` of this process alone.
+  Outcome Place(const std::vector<char>& host, void* out) {
+    JAXMG_CUDART(
+        rt_, cudaMemcpyAsync(out, host.data(), host.size(), cuda::cudaMemcpyHostToDevice, stream_));
+    JAXMG_CUDART(rt_, cudaStreamSynchronize(stream_));  // `host` goes out of scope
+    return {};
+  }
+
+  // The leading rows x cols of the local matrix, as it comes back (CusolverMpResultDims): this
+  // process's entries where `keep(global row, global column)`, zeros elsewhere; whole (in
+  // zeros, summed over the grid) or this process's local array of tiles.
+  template <typename Keep>
+  Outcome Result(const std::vector<char>& local, int64_t rows, int64_t cols, Keep keep,
+                 void* out) {
+    if (!AsLocal(o_, rows, cols)) return Whole(Entries(local, rows, cols, keep), out);
+    const std::vector<int64_t> dims = CusolverMpResultDims(o_, rows, cols);
+    const int64_t lr = dims[1];
+    std::vector<char> host(Count(dims) * esize_, 0);
+    for (int64_t j = 0; j < std::min(local_cols_, dims[0]); ++j) {
+      const int64_t gj = Global(j, col_, o_.cols);
+      for (int64_t i = 0; i < std::min(local_rows_, lr); ++i) {
+        const int64_t gi = Global(i, row_, o_.rows);
+        if (gi < rows && gj < cols && keep(gi, gj))
+          std::memcpy(host.data() + static_cast<size_t>(i + j * lr) * esize_,
+                      local.data() + static_cast<size_t>(i + j * lld_) * esize_, esize_);
+      }
+    }
+    return Place(host, out);
   }
 
   // This process's entries of the leading rows x cols of the local matrix, row-major, where
@@ -181,10 +252,8 @@ class RectCall {
                      cusolverMpGeqrf(handle_, m, n, work_, 1, 1, desc_a_, tau, type_, mem_.device(),
                                      mem_.device_bytes(), mem_.host(), mem_.host_bytes(), d_info));
     if (Outcome r = mem_.ReadInfo(info); !r.ok || *info != 0) return r;
-    std::vector<char> local;
-    if (Outcome r = LocalToHost(&local); !r.ok) return r;
-    const std::vector<char> upper =
-        Entries(local, k, n, [](int64_t i, int64_t j) { return i <= j; });
+    std::vector<char> factored;  // R in its upper trapezoid
+    if (Outcome r = LocalToHost(&factored); !r.ok) return r;
     if (Outcome r = mem_.Workspaces([&](size_t* d, size_t* h) -> Outcome {
           JAXMG_CUSOLVERMP(libs_, cusolverMpOrgqr_bufferSize(handle_, m, k, k, work_, 1, 1, desc_a_,
                                                              tau, type_, d, h));
@@ -196,11 +265,11 @@ class RectCall {
         libs_, cusolverMpOrgqr(handle_, m, k, k, work_, 1, 1, desc_a_, tau, type_, mem_.device(),
                                mem_.device_bytes(), mem_.host(), mem_.host_bytes(), d_info));
     if (Outcome r = mem_.ReadInfo(info); !r.ok || *info != 0) return r;
+    std::vector<char> local;
     if (Outcome r = LocalToHost(&local); !r.ok) return r;
-    if (Outcome r = Whole(Entries(local, m, k, [](int64_t, int64_t) { return true; }), o_.out0);
-        !r.ok)
+    if (Outcome r = Result(local, m, k, [](int64_t, int64_t) { return true; }, o_.out0); !r.ok)
       return r;
-    return Whole(upper, o_.out1);
+    return Result(factored, k, n, [](int64_t i, int64_t j) { return i <= j; }, o_.out1);
   }
 
   // The least-squares solution of A x = b (M >= N, A of full rank), one right-hand side at a
@@ -274,6 +343,11 @@ class RectCall {
 };
 
 }  // namespace
+
+std::vector<int64_t> CusolverMpResultDims(const RectOperands& o, int64_t r, int64_t c) {
+  if (!AsLocal(o, r, c)) return {r, c};
+  return {Padded(c / o.cols, o.tile), Padded(r / o.rows, o.tile)};
+}
 
 ffi::Error RunRectOnCusolverMp(const RectOperands& o, ffi::Span<const int64_t> nccl_id,
                                cudaStream_t stream, int32_t ordinal, ScratchFn scratch) {

@@ -355,7 +355,7 @@ JAXMG_ROUTINES(JAXMG_DEFINE)
 
 // Backend "mp"'s rectangular routines (engines/mp.h, RectOperands): on CPUs the block of A
 // [N/cols, M/rows], on GPUs (qr and gels) its local array in tiles, and the position in; the
-// results whole on every process, or on CPUs (gesvd and qr, attribute `blocks`) in blocks.
+// results whole on every process, or (gesvd on CPUs and qr, attribute `blocks`) as A went in.
 namespace jaxmg {
 namespace {
 
@@ -439,16 +439,16 @@ ffi::Error MpGels(CpuInstance* instance, ffi::AnyBuffer a, ffi::AnyBuffer b, Pos
 ffi::Error MpQrCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator scratch,
                     ffi::AnyBuffer a, Position position, ffi::Result<ffi::AnyBuffer> q,
                     ffi::Result<ffi::AnyBuffer> r, Status status, int64_t tile, int64_t m,
-                    int64_t n, Span grid, int64_t call_id, Span nccl_id) {
-  // No instance: the GPU engine meets no one (as Entry::MpCuda).
+                    int64_t n, Span grid, int64_t call_id, Span nccl_id, int64_t blocks) {
+  // No instance: the GPU engine meets no one (as Entry::MpCuda). The engine checks Q's and R's
+  // shapes (CusolverMpResultDims).
   RectOperands o = Rect(RectOp::kQr, "jaxmg_mp_qr", 0, a, position, tile, m, n, grid, call_id);
   o.out0 = q->untyped_data();
   o.out0_dims = q->dimensions();
   o.out1 = r->untyped_data();
+  o.out1_dims = r->dimensions();
+  o.blocks = blocks != 0;
   o.status = status->typed_data();
-  if (q->element_count() != static_cast<size_t>(m * std::min(m, n)) ||
-      r->element_count() != static_cast<size_t>(std::min(m, n) * n))
-    return Fail("jaxmg_mp_qr: Q must be [M, K] and R [K, N]");
   return RunRectOnCusolverMp(o, nccl_id, stream, ordinal, XlaScratch(scratch));
 }
 
@@ -496,7 +496,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgMpQrCuda, jaxmg::MpQrCuda,
                                                        .Ret<xla::ffi::AnyBuffer>()  // Q [M, K]
                                                        .Ret<xla::ffi::AnyBuffer>()  // R [K, N]
                                                        .Ret<xla::ffi::Buffer<xla::ffi::S32>>())
-                                  .Attr<jaxmg::Span>("nccl_id"));
+                                  .Attr<jaxmg::Span>("nccl_id")
+                                  .Attr<int64_t>("blocks"));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxmgMpGelsCuda, jaxmg::MpGelsCuda,
                               jaxmg::WithRectAttrs(jaxmg::MpCudaContext()
                                                        .Arg<xla::ffi::AnyBuffer>()  // a tiles

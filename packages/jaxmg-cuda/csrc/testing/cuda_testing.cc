@@ -316,9 +316,20 @@ bool RunRectCudaOnHost(const HostRectCall& c, HostRectResult* out, std::string* 
   }
   const Api* api = cuda::Load(error);
   if (api == nullptr) return false;
+  RectOperands o;
+  o.m = c.m;
+  o.n = c.n;
+  o.rows = c.grid[0];
+  o.cols = c.grid[1];
+  o.tile = c.tile;
+  o.blocks = c.blocks;
   const int64_t k = std::min(c.m, c.n);
-  const size_t out0_bytes = static_cast<size_t>(gels ? c.n * c.nrhs : c.m * k) * esize;
-  const size_t out1_bytes = gels ? 0 : static_cast<size_t>(k * c.n) * esize;
+  const std::vector<int64_t> out0_dims =
+      gels ? std::vector<int64_t>{c.n, c.nrhs} : CusolverMpResultDims(o, c.m, k);
+  const std::vector<int64_t> out1_dims =
+      gels ? std::vector<int64_t>{0, 0} : CusolverMpResultDims(o, k, c.n);
+  const size_t out0_bytes = static_cast<size_t>(out0_dims[0] * out0_dims[1]) * esize;
+  const size_t out1_bytes = static_cast<size_t>(out1_dims[0] * out1_dims[1]) * esize;
   StagedPosition staged(api, static_cast<int>(c.device_id));
   const size_t a_at = staged.Reserve(c.a.size()), b_at = staged.Reserve(c.b.size());
   const size_t out0_at = staged.Reserve(out0_bytes), out1_at = staged.Reserve(out1_bytes);
@@ -346,20 +357,16 @@ bool RunRectCudaOnHost(const HostRectCall& c, HostRectResult* out, std::string* 
   XLA_FFI_Buffer b_buffer{XLA_FFI_Buffer_STRUCT_SIZE, nullptr, xla_type, staged.at(b_at), 2,
                           b_dims};
   ffi::AnyBuffer a(&a_buffer), b(&b_buffer);
-  RectOperands o;
   o.op = gels ? RectOp::kGels : RectOp::kQr;
   o.target = gels ? "jaxmg_mp_gels" : "jaxmg_mp_qr";
   o.a = &a;
   if (gels) o.b = &b;
   o.position = reinterpret_cast<const int32_t*>(staged.at(pos_at));
   o.position_count = 1;
-  o.m = c.m;
-  o.n = c.n;
-  o.rows = c.grid[0];
-  o.cols = c.grid[1];
-  o.tile = c.tile;
   o.out0 = staged.at(out0_at);
+  o.out0_dims = ffi::AnyBuffer::Dimensions(out0_dims.data(), out0_dims.size());
   o.out1 = staged.at(out1_at);
+  o.out1_dims = ffi::AnyBuffer::Dimensions(out1_dims.data(), out1_dims.size());
   o.status = reinterpret_cast<int32_t*>(staged.at(status_at));
   ffi::Error e = RunRectOnCusolverMp(o, ffi::Span<const int64_t>(c.nccl_id), staged.stream(),
                                      static_cast<int32_t>(c.device_id), staged.Scratch());

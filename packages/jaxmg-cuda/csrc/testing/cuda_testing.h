@@ -55,7 +55,7 @@ bool RunCudaOnHost(const HostCall& call, HostResult* result, std::string* error)
 // RunRectOnCusolverMp) outside XLA, on host arrays, for this process's one grid position: `a`
 // its local array [local_cols, lld] in tile-square tiles (column-major storage), `b` (gels)
 // [M, nrhs] row-major; out0 (Q [M, K] or x [N, nrhs]) and out1 (R [K, N]) come back row-major,
-// whole.
+// whole, or qr's with `blocks` in the shapes of CusolverMpResultDims.
 struct HostRectCall {
   std::string op;     // "qr" or "gels"
   std::string dtype;  // "float32", "float64", "complex64" or "complex128"
@@ -64,6 +64,7 @@ struct HostRectCall {
   int position = 0;
   int64_t device_id = 0;
   int64_t local_cols = 0, lld = 0;  // a's shape
+  bool blocks = false;
   std::string a, b;
   std::vector<int64_t> nccl_id;
 };

@@ -357,12 +357,14 @@ def getrs(
 # On GPUs (cuSOLVERMp, ``nccl_id`` given; ``qr`` and ``gels`` only) ``a`` is already this
 # process's local array in ``T_A``-square tiles (jaxmg_layout.BlockCyclic2D), transposed: ``[Lc,
 # LLD]``, as the square routines take it: cuSOLVERMp has no p?gemr2d. The results come back
-# whole on every process; on CPUs, with ``blocks=True``, each of ``gesvd``'s ``U`` and ``VT``
-# and ``qr``'s ``Q`` and ``R`` whose ``R_ x C_`` the grid divides (``R_`` by its rows, ``C_`` by
-# its columns) comes back as ``a`` goes in: this process's block, transposed, ``[C_/cols,
-# R_/rows]`` (p?gemr2d from the routine's tiles); ``s`` whole. Status: the library's info (``>
-# 0``: no convergence, or for ``gels`` an exactly singular triangular factor), the outputs NaN
-# then.
+# whole on every process; with ``blocks=True``, each of ``gesvd``'s ``U`` and ``VT`` and
+# ``qr``'s ``Q`` and ``R`` whose ``R_ x C_`` the grid divides (``R_`` by its rows, ``C_`` by its
+# columns) comes back as ``a`` goes in: on CPUs this process's block, transposed, ``[C_/cols,
+# R_/rows]`` (p?gemr2d from the routine's tiles); on GPUs its local array in ``T_A``-square
+# tiles, transposed, each extent of the block rounded up to whole tiles
+# (``BlockCyclic2D.padded_local_shape``), for JAX to relayout back; ``s`` whole. Status: the
+# library's info (``> 0``: no convergence, or for ``gels`` an exactly singular triangular
+# factor), the outputs NaN then.
 
 
 def _rect_attrs(T_A, m, n, grid, nccl_id=None):
@@ -379,12 +381,17 @@ def _rect_attrs(T_A, m, n, grid, nccl_id=None):
     return attrs
 
 
-def result_shape(rows, cols, grid, blocks):
+def result_shape(rows, cols, grid, blocks, tile=None):
     """The shape a ``rows x cols`` result of :func:`gesvd` or :func:`qr` comes back in: whole,
-    or with ``blocks`` where ``grid`` divides it, this process's block transposed."""
+    or with ``blocks`` where ``grid`` divides it, this process's block transposed; on GPUs
+    (``tile``: the engine's ``T_A``) its local array of tiles, transposed, each extent rounded
+    up to whole tiles."""
     grid_rows, grid_cols = (int(v) for v in grid)
     if blocks and rows % grid_rows == 0 and cols % grid_cols == 0:
-        return (cols // grid_cols, rows // grid_rows)
+        block_cols, block_rows = cols // grid_cols, rows // grid_rows
+        if tile is None:
+            return (block_cols, block_rows)
+        return (-(-block_cols // tile) * tile, -(-block_rows // tile) * tile)
     return (rows, cols)
 
 
@@ -408,24 +415,21 @@ def gesvd(a, position, *, m, n, grid, T_A, blocks=False):
 
 def qr(a, position, *, m, n, grid, T_A, nccl_id=None, blocks=False):
     """p?geqrf, then p?orgqr (p?ungqr), or on GPUs cusolverMpGeqrf and cusolverMpOrgqr: ``(Q
-    [M, K], R [K, N], status)``, LAPACK's signs; ``Q`` and ``R`` in blocks with ``blocks`` (CPUs
-    only, :func:`result_shape`)."""
-    if nccl_id is not None and blocks:
-        raise ValueError("backend 'mp' on GPUs returns qr's results whole: call it without blocks")
+    [M, K], R [K, N], status)``, LAPACK's signs; ``Q`` and ``R`` in blocks with ``blocks``
+    (:func:`result_shape`; on GPUs ``T_A`` at most the block of each sharded axis of each)."""
     k = min(m, n)
+    tile = None if nccl_id is None else int(T_A)
     call = jax.ffi.ffi_call(
         "jaxmg_mp_qr",
         (
-            jax.ShapeDtypeStruct(result_shape(m, k, grid, blocks), a.dtype),
-            jax.ShapeDtypeStruct(result_shape(k, n, grid, blocks), a.dtype),
+            jax.ShapeDtypeStruct(result_shape(m, k, grid, blocks, tile), a.dtype),
+            jax.ShapeDtypeStruct(result_shape(k, n, grid, blocks, tile), a.dtype),
             _status(),
         ),
         vmap_method="sequential",
     )
     attrs = _rect_attrs(T_A, m, n, grid, nccl_id)
-    if nccl_id is None:  # the CPU handler's attribute
-        attrs["blocks"] = np.int64(bool(blocks))
-    return call(a, _position(position), **attrs)
+    return call(a, _position(position), blocks=np.int64(bool(blocks)), **attrs)
 
 
 def gels(a, b, position, *, m, n, grid, T_A, nccl_id=None):

@@ -6,10 +6,11 @@ On CPUs, ScaLAPACK's: ``p?gesvd`` for ``svd`` (``full_matrices=False``), ``polar
 goes to the engine as it is (the 1D forms and a process grid ``P(r, c)``). On GPUs,
 cuSOLVERMp's Geqrf + Orgqr for ``qr`` and Gels for :func:`gels` and ``least_squares`` (``M >=
 N``), on ``A`` relaid out in JAX into the engine's tiles first (cuSOLVERMp has no p?gemr2d);
-``svd``, ``polar`` and ``lstsq`` run the compositions of :mod:`jaxmg._svd` there. On CPUs
-``U``, ``Vh``, ``Q`` and ``R`` come back sharded like ``A`` (ScaLAPACK's p?gemr2d from its tiles
-into JAX's blocks; whole where the device counts do not divide them, as :func:`_like_a` says);
-on GPUs, and for ``gels``'s ``x``, whole on every process, then sharded like ``A``.
+``svd``, ``polar`` and ``lstsq`` run the compositions of :mod:`jaxmg._svd` there. ``U``,
+``Vh``, ``Q`` and ``R`` come back sharded like ``A`` (whole where the device counts do not divide
+them, as :func:`_like_a` says): on CPUs ScaLAPACK's p?gemr2d takes them from its tiles into JAX's
+blocks, on GPUs the engine returns each process's local array of tiles and JAX relayouts it back
+(:func:`_from_tiles`). ``gels``'s ``x`` comes back whole on every process.
 """
 
 from __future__ import annotations
@@ -63,6 +64,22 @@ def _tiles(geometry, block, tile):
     return block
 
 
+def _from_tiles(geometry, local, tile, shape):
+    """:func:`_tiles`'s inverse for a ``shape`` result: this process's local array of its
+    ``tile``-square tiles, each extent rounded up to whole tiles (as the GPU engine returns it,
+    :meth:`jaxmg_layout.BlockCyclic2D.padded_local_shape`) -> its block of JAX's sharding. A
+    sharded axis needs ``tile`` at most its block; an axis of one process is cut to the
+    result's extent."""
+    rows, cols = geometry.blocks_grid
+    row_axis, col_axis = geometry.spec
+    r, c = shape
+    if rows > 1:
+        local = jaxmg_layout.undo_cyclic_1d_no_shardmap(local, tile, r, row_axis, axis=0)
+    if cols > 1:
+        local = jaxmg_layout.undo_cyclic_1d_no_shardmap(local, tile, c, col_axis, axis=1)
+    return local[: r // rows, : c // cols]
+
+
 def _mp_call(geometry, wrapper, tile, a, *replicated, shapes=()):
     """``wrapper`` (a ``jaxmg_cuda.mp`` rectangular target) on each process's part of ``a``
     (transposed: column-major) and the ``replicated`` operands; the status comes back as a
@@ -70,29 +87,40 @@ def _mp_call(geometry, wrapper, tile, a, *replicated, shapes=()):
     of the engine's tiles (:func:`_tiles`).
 
     ``shapes``: the global shapes of the results before the status, ``None`` for one that is
-    not a matrix. Given on CPUs, the matrices come back sharded like ``A`` (the engine's
-    ``blocks``, whose rule is :func:`_like_a`'s: whole where the grid does not divide one);
-    otherwise every result comes back whole and replicated."""
+    not a matrix. Given, the matrices come back sharded like ``A`` (the engine's ``blocks``,
+    whose rule is :func:`_like_a`'s: whole where the grid does not divide one; on GPUs as local
+    arrays of tiles, :func:`_from_tiles`); otherwise every result comes back whole and
+    replicated."""
     m, n = a.shape
     kw = dict(m=m, n=n, grid=geometry.blocks_grid, T_A=tile)
-    gpu = geometry.platform == "gpu"
-    if gpu:  # tiles no wider than a block: the relayout's layout is then the engine's
-        rows, cols = geometry.blocks_grid
-        tile = kw["T_A"] = min(tile, m // rows, n // cols)
-        kw["nccl_id"] = jaxmg_cuda.mp.nccl_id()
-        shapes = ()
-    specs = tuple(P() if s is None else _like_a(geometry, s) for s in shapes)
     # the results the engine returns as blocks (its rule is _like_a's; a shape cannot tell: on
     # one process a square block is a whole matrix's shape), column-major as `a` goes in
     blocked = tuple(s is not None and _like_a(geometry, s) != _REPLICATED for s in shapes)
+    gpu = geometry.platform == "gpu"
+    if gpu:  # tiles no wider than a block of A or of a blocked result on a sharded axis: the
+        # relayouts' layouts are then the engine's
+        rows, cols = geometry.blocks_grid
+        sides = [m // rows, n // cols]
+        for shape, in_blocks in zip(shapes, blocked, strict=True):
+            if in_blocks:
+                r, c = shape
+                sides += ([r // rows] if rows > 1 else []) + ([c // cols] if cols > 1 else [])
+        tile = kw["T_A"] = min(tile, *sides)
+        kw["nccl_id"] = jaxmg_cuda.mp.nccl_id()
+    specs = tuple(P() if s is None else _like_a(geometry, s) for s in shapes)
     if shapes:
         kw["blocks"] = True
+
+    def back(x, i):
+        if not (i < len(blocked) and blocked[i]):
+            return x
+        return _from_tiles(geometry, x.T, tile, shapes[i]) if gpu else x.T
 
     def body(block, *rest):
         if gpu:
             block = _tiles(geometry, block, tile)
         out = wrapper(block.T, *rest, geometry.position(), **kw)
-        return tuple(x.T if i < len(blocked) and blocked[i] else x for i, x in enumerate(out))
+        return tuple(back(x, i) for i, x in enumerate(out))
 
     out = jax.shard_map(
         body,

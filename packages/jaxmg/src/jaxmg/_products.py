@@ -284,18 +284,28 @@ def _solve_by_rows(x, t, axis, p, lower):
 def _solve_by_columns(x, t, axis, p, lower):
     """``X T^{-1}``, local columns of ``X`` ``[M, K/p]`` and column block ``me`` of ``T``
     ``[K, K/p]``: device ``j`` solves ``Y_j`` once every ``Y_i`` it depends on has been
-    subtracted, then sends it in pieces of its columns (:func:`_pieces`) to the devices whose
-    blocks depend on it."""
+    subtracted (the other devices solve with the identity, which leaves their blocks as they
+    are), then sends it in pieces of its columns (:func:`_pieces`) to every device, and the
+    devices whose blocks depend on it subtract its part. The solves and the updates go in
+    pieces of the rows, in place: a whole ``[M, K/p]`` product beside the block, or a ``where``
+    between two copies of it, would hold one block more. ``T``'s parts are cut once they are
+    needed (:func:`_after`; XLA would cut them all at the start and keep them)."""
     me = lax.axis_index(axis)
-    w = x.shape[1]
-    cols = w // _pieces(x.shape[0], w, x.dtype)
+    m, w = x.shape
+    cols = w // _pieces(m, w, x.dtype)
+    rows = m // _pieces(w, m, x.dtype)
+    identity = jnp.eye(w, dtype=t.dtype)
     for j in reversed(range(p)) if lower else range(p):
-        rows = slice(j * w, (j + 1) * w)  # T_jj on device j, T_jk on device k
-        x = jnp.where(me == j, _solve_right(t[rows], x, lower), x)
+        t_jj = jnp.where(me == j, _after(t[j * w : (j + 1) * w], x), identity)
+        for r in range(0, m, rows):
+            x = x.at[r : r + rows].set(_solve_right(t_jj, x[r : r + rows], lower))
         depends = (me < j) if lower else (me > j)
         for c in range(0, w, cols):  # device j's x is Y_j throughout
             y_jc = _from(x[:, c : c + cols], me, j, axis, x)
-            x = jnp.where(depends, x - _mm(y_jc, t[j * w + c : j * w + c + cols]), x)
+            t_jc = _after(t[j * w + c : j * w + c + cols], y_jc)
+            for r in range(0, m, rows):
+                update = jnp.where(depends, _mm(y_jc[r : r + rows], t_jc), 0)
+                x = x.at[r : r + rows].add(-update)
     return x
 
 

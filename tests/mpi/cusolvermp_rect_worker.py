@@ -53,7 +53,7 @@ def random(shape, dtype, seed):
     return x.astype(dtype)
 
 
-def call(op, a, b=None, blocks=False):
+def call(op, a, b=None, blocks=False, tile=tile):
     """``op`` on this rank's local array of ``a`` (column-major, one padding row past LLD)."""
     m, n = a.shape
     plan = BlockCyclic2D.make(m, n, (rows, cols), tile)
@@ -162,6 +162,10 @@ for dtype in (np.float32, np.float64, np.complex64, np.complex128):
         error=float(error),
         errors=out["error"],
     )
+
+if rows * cols > 1:  # R's 2 rows per process row, or Q's 1 column per process column
+    out = call("qr", random((8 * rows, 2 * cols), np.float64, seed=7), blocks=True, tile=3)
+    check("qr in blocks, a tile wider than a block refused", "must be at most" in out["error"])
 
 version, has_gesvd = _jaxmg_cuda.cusolvermp_version()
 check("version read: 0.8.0, no Gesvd", version == 800 and not has_gesvd, version=version)

@@ -68,4 +68,5 @@ RECT_CHECKS = 4 * 6 + 3  # per dtype: qr tall and wide, qr in blocks three ways,
 @pytest.mark.parametrize(("grid", "tile"), [("1x1", 3), ("1x2", 2), ("2x1", 3), ("2x2", 2)])
 def test_cusolvermp_rectangular_routines_on_the_emulator(fake_cuda, tmp_path, grid, tile):
     """qr (Geqrf + Orgqr) and gels (Gels) of csrc/engines/cusolvermp_rect.cc, per rank."""
-    run_ranks(RECT_WORKER, grid, (tile,), fake_cuda, tmp_path, RECT_CHECKS)
+    refusal = grid != "1x1"  # a tile wider than a block, where an axis is sharded
+    run_ranks(RECT_WORKER, grid, (tile,), fake_cuda, tmp_path, RECT_CHECKS + refusal)

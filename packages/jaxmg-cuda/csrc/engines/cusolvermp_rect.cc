@@ -20,11 +20,6 @@ namespace {
 using cusolvermp::Connection;
 using cusolvermp::Libraries;
 
-// Whether an r x c result comes back as this process's local array (RectOperands::blocks).
-bool AsLocal(const RectOperands& o, int64_t r, int64_t c) {
-  return o.blocks && o.rows > 0 && o.cols > 0 && r % o.rows == 0 && c % o.cols == 0;
-}
-
 // A block's extent `block` rounded up to whole tiles (BlockCyclic2D.padded_local_shape).
 int64_t Padded(int64_t block, int64_t tile) { return (block + tile - 1) / tile * tile; }
 
@@ -141,7 +136,7 @@ class RectCall {
                              (o_.blocks ? " (with blocks: [Lc, Lr], the local array of tiles "
                                           "transposed, where the grid divides it)"
                                         : ""));
-      if (AsLocal(o_, x.r, x.c) && ((o_.rows > 1 && o_.tile > x.r / o_.rows) ||
+      if (o_.InBlocks(x.r, x.c) && ((o_.rows > 1 && o_.tile > x.r / o_.rows) ||
                                     (o_.cols > 1 && o_.tile > x.c / o_.cols)))
         return Outcome::Fail("with blocks, T_A=" + std::to_string(o_.tile) + " must be at most " +
                              x.name + "'s block on each sharded axis (" +
@@ -194,7 +189,7 @@ class RectCall {
   template <typename Keep>
   Outcome Result(const std::vector<char>& local, int64_t rows, int64_t cols, Keep keep,
                  void* out) {
-    if (!AsLocal(o_, rows, cols)) return Whole(Entries(local, rows, cols, keep), out);
+    if (!o_.InBlocks(rows, cols)) return Whole(Entries(local, rows, cols, keep), out);
     const std::vector<int64_t> dims = CusolverMpResultDims(o_, rows, cols);
     const int64_t lr = dims[1];
     std::vector<char> host(Count(dims) * esize_, 0);
@@ -345,7 +340,7 @@ class RectCall {
 }  // namespace
 
 std::vector<int64_t> CusolverMpResultDims(const RectOperands& o, int64_t r, int64_t c) {
-  if (!AsLocal(o, r, c)) return {r, c};
+  if (!o.InBlocks(r, c)) return {r, c};
   return {Padded(c / o.cols, o.tile), Padded(r / o.rows, o.tile)};
 }
 

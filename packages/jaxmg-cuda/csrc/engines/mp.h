@@ -65,6 +65,12 @@ struct RectOperands {
   ffi::AnyBuffer::Dimensions out1_dims;  // kQr's R, checked on CPUs
   bool blocks = false;
   int32_t* status = nullptr;
+
+  // Whether an r x c result comes back as this process's part (`blocks` and the grid divides
+  // it: r by its rows, c by its columns), the one rule of both engines and of JAX's side.
+  bool InBlocks(int64_t r, int64_t c) const {
+    return blocks && rows > 0 && cols > 0 && r % rows == 0 && c % cols == 0;
+  }
 };
 
 // The checks both engines make of one process's operands before any collective: "" when they

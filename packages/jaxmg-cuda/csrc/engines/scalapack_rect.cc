@@ -33,14 +33,9 @@ struct Tiles {
   Int GlobalCol(Int j) const { return ((j / tile) * cols + col) * tile + j % tile; }
 };
 
-// Whether a result of r x c comes back as this process's block (RectOperands::blocks).
-bool AsBlock(const RectOperands& o, int64_t r, int64_t c) {
-  return o.blocks && r % o.rows == 0 && c % o.cols == 0;
-}
-
 // The dimensions a result of r x c must have: [r, c] whole, [c/cols, r/rows] as a block.
 std::vector<int64_t> ResultDims(const RectOperands& o, int64_t r, int64_t c) {
-  if (AsBlock(o, r, c)) return {c / o.cols, r / o.rows};
+  if (o.InBlocks(r, c)) return {c / o.cols, r / o.rows};
   return {r, c};
 }
 
@@ -107,7 +102,7 @@ class RectCall {
   template <typename Keep>
   void Deliver(const Tiles& t, const Int* desc, const T* local, Int out_rows, Int out_cols,
                T* out, Keep keep) {
-    if (!AsBlock(o_, out_rows, out_cols)) return Gather(t, local, out_rows, out_cols, out, keep);
+    if (!o_.InBlocks(out_rows, out_cols)) return Gather(t, local, out_rows, out_cols, out, keep);
     Int block_desc[9], one = 1;
     DescribeBlocks(out_rows, out_cols, block_desc);  // accepted as A's were: same grid
     Typed<Gemr2d>(Name<T>("gemr2d"))(&out_rows, &out_cols, local, &one, &one, desc, out, &one,

@@ -78,7 +78,8 @@ SPLIT_BYTES = 1 << 17
 
 
 def _pieces(rows, width, dtype):
-    """How many pieces of its columns a ``[rows, width]`` block of ``dtype`` is sent in."""
+    """How many pieces of its columns a ``[rows, width]`` block of ``dtype`` is sent in (the
+    solve by columns cuts its rows by the same rule, ``_pieces(width, rows, dtype)``)."""
     big = rows * width * jnp.dtype(dtype).itemsize >= SPLIT_BYTES
     return PIECES if big and width % PIECES == 0 else 1
 

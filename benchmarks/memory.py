@@ -49,7 +49,8 @@ def _bytes(fn, *args):
 
 def jaxmg_programs(routine, a, b, T_A, backend):
     """``(kept, donated)``: lists of ``(jitted program, args)`` an eager call runs."""
-    from jaxmg import _api, _derivatives, _programs
+    from jaxmg.programs import derivatives as _derivatives, routines as _programs
+    from jaxmg.solvers import hermitian as _api
 
     spec = a.sharding.spec
     task = {"potrs_logdet": "potrs", "cho_factor": "potrs", "lu_factor": "getrf"}

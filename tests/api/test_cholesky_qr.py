@@ -1,4 +1,5 @@
-"""CholeskyQR2 where it is enough, the fallback where it is not (jaxmg._qr._cholesky_qr2_or):
+"""CholeskyQR2 where it is enough, the fallback where it is not
+(jaxmg.decompositions.qr._cholesky_qr2_or):
 the decision is the first step's ``||Q_1^H Q_1 - I||_F < 1/2``, so a matrix with condition
 number well below ``ε^{-1/2}`` is factored by CholeskyQR2 (orthonormal to ``O(ε)``, ``QR = A``
 against numpy), and one far above it, or with dependent columns, goes to the fallback."""
@@ -9,8 +10,8 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from jaxmg import _qr
-from jaxmg._decompositions import _where
+from jaxmg.decompositions import qr as _qr
+from jaxmg.decompositions.glue import _where
 
 # The ring products' device count is the decomposition tests' business (they run both branches
 # at every count); the decision itself runs once.

@@ -1,4 +1,4 @@
-"""A solver axis of one device runs on JAX's own dense solvers (jaxmg._dense), with jaxmg's
+"""A solver axis of one device runs on JAX's own dense solvers (jaxmg.engines.dense), with jaxmg's
 semantics whole: results against numpy/scipy, LAPACK's statuses (scipy's ``?potrf``/``?getrf``
 ``info`` on the same matrix), NaN on failure, factor objects, derivatives against JAX's own
 dense functions, every mesh kind, eagerly, under jit, inside shard_map and vmap; the same
@@ -25,7 +25,8 @@ from matrices import hpd, random
 
 import jaxmg
 import jaxmg_cuda
-from jaxmg import _geometry, _native
+from jaxmg import engines
+from jaxmg.engines import ENGINES
 
 SWEPT = pytest.mark.dtype_sweep
 DTYPES = [
@@ -445,11 +446,11 @@ def test_solves_transposed_says_which_getrs_takes_a_transpose(monkeypatch):
     """What the LU programs read: cuSolverMg's getrs takes only N (issue 24), cuSOLVERMp's too;
     ScaLAPACK's and the dense engine's take N, T and C."""
     monkeypatch.setattr(jaxmg_cuda.mp, "nccl_id", lambda: np.zeros(16, np.int64))
-    assert _native.engine("cpu", "f", "mg").solves_transposed is False
-    assert _native.engine("cpu", "f", "mp").solves_transposed is True
-    assert _native.engine("gpu", "f", "mp").solves_transposed is False
+    assert ENGINES["mg"].solves_transposed("cpu") is False
+    assert ENGINES["mp"].solves_transposed("cpu") is True
+    assert ENGINES["mp"].solves_transposed("gpu") is False
     for platform in ("cpu", "gpu"):
-        assert _native.engine(platform, "f", "jax").solves_transposed is True
+        assert ENGINES["jax"].solves_transposed(platform) is True
 
 
 @pytest.mark.usefixtures("once_per_suite")
@@ -499,11 +500,11 @@ def test_axes_of_several_devices_keep_the_native_engine():
     n = 4 * mesh.size
     a0 = hpd(n, np.float64)
     a = put(a0, mesh, FORMS["cols"])
-    assert _geometry.resolve(a).backend == "mg"
+    assert engines.resolve(a).backend == "mg"
     assert jaxmg_calls(hlo(lambda a: jaxmg.potrs(a, jnp.ones(n)), a)) == 1
     last = jax.make_mesh((1,), ("x",), devices=jax.devices()[-1:])
     alone = put(a0, last, FORMS["rows"])
-    assert _geometry.resolve(alone).backend == "jax"
+    assert engines.resolve(alone).backend == "jax"
     x = jaxmg.potrs(alone, jnp.ones(n))
     assert x.sharding.device_set == {jax.devices()[-1]}
     np.testing.assert_allclose(np.asarray(x), np.linalg.solve(a0, np.ones(n)), rtol=1e-10)

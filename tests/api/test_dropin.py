@@ -19,7 +19,7 @@ from matrices import hpd, mesh_of
 
 import jaxmg
 import jaxmg_cuda
-from jaxmg import _validate
+from jaxmg.engines import mg
 
 COLS, ROWS = P(None, "x"), P("x", None)
 
@@ -148,7 +148,7 @@ def test_shards_narrower_than_the_device_count(shard, relayout):
 
 def test_auto_tile_rule(once_per_suite):
     """The rule docs/sharp-bits.md states, worked by hand."""
-    auto = _validate.auto_tile
+    auto = mg.auto_tile
     assert auto(4096, 4, "potrs", "cpu") == 1024  # CPU: the whole shard, no relayout
     assert auto(400000, 4, "syevd", "cpu") == 100000
     assert auto(4096, 4, "potrs", "gpu") == 1024  # shard within the cap: no relayout

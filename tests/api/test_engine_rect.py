@@ -1,4 +1,5 @@
-"""What backend "mp"'s rectangular routines on GPUs hand cuSOLVERMp (``jaxmg._engine_rect``):
+"""What backend "mp"'s rectangular routines on GPUs hand cuSOLVERMp
+(``jaxmg.decompositions.engine_routines``):
 each process's local array of the engine's 2D block-cyclic tiles, made in JAX from JAX's blocks
 (cuSOLVERMp has no p?gemr2d). Checked on CPU devices against :class:`jaxmg_layout.BlockCyclic2D`
 (ScaLAPACK's layout, independent of the relayout), for a rectangular ``A`` on a grid and both
@@ -13,7 +14,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import jaxmg_cuda.mp
-from jaxmg import _engine_rect
+from jaxmg.decompositions import engine_routines as _engine_rect
 from jaxmg_layout import BlockCyclic2D
 
 pytestmark = pytest.mark.usefixtures("once_per_suite")
@@ -99,14 +100,17 @@ def test_gpu_results_in_blocks_round_trip(cpu_devices, monkeypatch, form, shape,
     (jaxmg_cuda.mp.result_shape), and zeros as a second result, R's ``K x N``; what comes out
     must be A, sharded like A. The tile (T_A=64 asked) is cut to at most every sharded block of
     A and of a result in blocks: R's 2 rows per device of (32, 8) by rows need 2."""
-    from jaxmg._geometry import Geometry
+    from jaxmg.describe.sharding import Geometry
+    from jaxmg.engines import ENGINES
 
     mesh = jax.make_mesh((2, 2), ("r", "c"), devices=cpu_devices[:4])
     if form != "grid":
         mesh = jax.make_mesh((4,), ("x",), devices=cpu_devices[:4])
     row_axis = "r" if form == "grid" else None
     axis = "c" if form == "grid" else "x"
-    geometry = Geometry(mesh, axis, form, 4, "gpu", (-1,) * 4, backend="mp", row_axis=row_axis)
+    geometry = Geometry(
+        mesh, axis, form, 4, "gpu", (-1,) * 4, engine=ENGINES["mp"], row_axis=row_axis
+    )
     monkeypatch.setattr(jaxmg_cuda.mp, "nccl_id", lambda: np.zeros(16, np.int64))
     tiles = []
 

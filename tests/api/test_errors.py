@@ -93,8 +93,8 @@ def test_automatic_backend_in_one_process(a):
     np.testing.assert_allclose(np.asarray(x), np.ones(a.shape[0]))
     mesh = a.sharding.mesh
     expected = "jax" if mesh.size == 1 else "mg"
-    assert jaxmg._geometry.choose_backend(None, mesh, "x", "cpu") == expected
-    assert jaxmg._geometry.choose_backend(None, mesh, "x", "cpu", cyclic=True) == "mg"
+    assert jaxmg.engines.choose(None, mesh, "x", "cpu").name == expected
+    assert jaxmg.engines.choose(None, mesh, "x", "cpu", cyclic=True).name == "mg"
 
 
 @pytest.mark.parametrize("T_A", [2.0, True, "4"])
@@ -233,12 +233,12 @@ def test_n_not_divisible(mesh):
 
 @pytest.mark.usefixtures("once_per_suite")
 def test_more_than_16_gpus_is_refused():
-    from jaxmg import _geometry
+    from jaxmg.engines import mg
 
     with pytest.raises(ValueError, match="17 GPUs .* cuSolverMg accepts at most 16"):
-        _geometry.check_device_count(17, "gpu", "x")
-    _geometry.check_device_count(16, "gpu", "x")
-    _geometry.check_device_count(17, "cpu", "x")  # the CPU twin has no such limit
+        mg.check_device_count(17, "gpu", "x")
+    mg.check_device_count(16, "gpu", "x")
+    mg.check_device_count(17, "cpu", "x")  # the CPU twin has no such limit
 
 
 def test_cyclic_wrong_shape(a, mesh):
@@ -255,7 +255,7 @@ def test_cyclic_wrong_shape(a, mesh):
 def test_which_processes_drive_the_axis():
     """One process for the whole axis, or one device per process on one host; anything else
     is refused at call time with what was found, never attempted."""
-    from jaxmg import _processes
+    from jaxmg.describe import processes as _processes
 
     assert _processes.classify([0, 0, 0, 0], "x") == "single"
     assert _processes.classify([0, 1, 2, 3], "x") == "multi"
@@ -277,7 +277,7 @@ def test_which_processes_drive_the_axis():
 def test_gpu_multiprocess_is_opt_in_until_run_on_hardware(monkeypatch, value):
     """One GPU per process (CUDA IPC) has not yet run on GPU hardware: refused unless
     JAXMG_GPU_MULTIPROCESS=1, with how to opt in and the alternative."""
-    from jaxmg import _processes
+    from jaxmg.describe import processes as _processes
 
     if value is None:
         monkeypatch.delenv(_processes.GPU_MULTIPROCESS_ENV, raising=False)
@@ -293,7 +293,7 @@ def test_gpu_multiprocess_is_opt_in_until_run_on_hardware(monkeypatch, value):
 def test_gpu_multiprocess_needs_every_gpu_visible():
     """A per-process CUDA_VISIBLE_DEVICES hides the other GPUs from the leader: refused before
     any device work, with the way out."""
-    from jaxmg import _processes
+    from jaxmg.describe import processes as _processes
 
     _processes.check_gpus_visible(4, "x", visible=None)  # unset: CUDA shows every GPU
     _processes.check_gpus_visible(2, "x", visible="3,1")
@@ -401,12 +401,12 @@ def test_gpu_mp_getrs_solves_with_a_and_refuses_its_transposes(monkeypatch):
     """Backend "mp" on GPUs: ``trans="N"`` reaches cuSOLVERMp's getrs once (the wrapper once
     called itself, a RecursionError on the first H100 run); ``"T"`` and ``"C"`` are refused."""
     import jaxmg_cuda.mp
-    from jaxmg import _native
+    from jaxmg.engines import ENGINES
 
     calls = []
     monkeypatch.setattr(jaxmg_cuda.mp, "nccl_id", lambda: "id")
     monkeypatch.setattr(jaxmg_cuda.mp, "getrs", lambda *a, **kw: calls.append((a, kw)) or "x")
-    getrs = _native.engine("gpu", "jaxmg.lu_solve", "mp").getrs
+    getrs = ENGINES["mp"].routines("gpu", "jaxmg.lu_solve").getrs
     assert getrs("lu", "pivots", "b", trans="N") == "x"
     assert calls == [(("lu", "pivots", "b"), {"trans": "N", "nccl_id": "id"})]
     for trans in ("T", "C"):

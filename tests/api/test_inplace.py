@@ -15,7 +15,8 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import jaxmg
-from jaxmg import _api, _derivatives, _programs
+from jaxmg.programs import derivatives as _derivatives, routines as _programs
+from jaxmg.solvers import hermitian as _api
 
 FORMS = {"cols": P(None, "x"), "rows": P("x", None)}
 

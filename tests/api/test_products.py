@@ -1,5 +1,5 @@
-"""The ring products and the blocked triangular solve of jaxmg._products against numpy, by rows
-and by columns, at the suite's device count; each with its blocks sent in pieces
+"""The ring products and the blocked triangular solve of jaxmg.decompositions.products against
+numpy, by rows and by columns, at the suite's device count; each with its blocks sent in pieces
 (``_products.PIECES``; ``SPLIT_BYTES`` 0, as blocks of large matrices are) and whole (as these
 small ones go otherwise), and by columns also a width whose blocks do not split."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from jaxmg import _products
+from jaxmg.decompositions import products as _products
 
 FORMS = {"rows": P("x", None), "cols": P(None, "x")}
 

@@ -1,14 +1,14 @@
-"""QDWH's weights (jaxmg._qdwh.weights) against the property that defines them (Nakatsukasa,
-Bai, Gygi 2010): each step's rational map ``f(x) = x (a + b x^2) / (1 + c x^2)`` takes every
-singular value in ``[l, 1]`` into ``[l', 1]`` with ``l' = f(l)``, so that after the last step
-every singular value above ``eps`` is 1 to within ``10 eps``."""
+"""QDWH's weights (jaxmg.decompositions.qdwh.weights) against the property that defines them
+(Nakatsukasa, Bai, Gygi 2010): each step's rational map ``f(x) = x (a + b x^2) / (1 + c x^2)``
+takes every singular value in ``[l, 1]`` into ``[l', 1]`` with ``l' = f(l)``, so that after the
+last step every singular value above ``eps`` is 1 to within ``10 eps``."""
 
 import functools
 
 import numpy as np
 import pytest
 
-from jaxmg._qdwh import weights
+from jaxmg.decompositions.qdwh import weights
 
 
 @pytest.mark.parametrize(("dtype", "steps", "qr_steps"), [(np.float64, 6, 2), (np.float32, 4, 2)])
@@ -36,8 +36,8 @@ def test_cholesky_step_by_inverse_and_by_solves(form):
     import jax
     from jax.sharding import NamedSharding, PartitionSpec as P
 
-    from jaxmg import _qdwh
-    from jaxmg._decompositions import _where
+    from jaxmg.decompositions import qdwh as _qdwh
+    from jaxmg.decompositions.glue import _where
 
     d = jax.device_count()
     n = 4 * d

@@ -295,7 +295,7 @@ def test_donated_a_is_solved_in_its_own_buffer(form):
 @pytest.mark.usefixtures("once_per_suite")
 @pytest.mark.parametrize("ndev", range(1, 17))
 def test_pairings_meet_every_pair_once(ndev):
-    from jaxmg._local import _pairings
+    from jaxmg.programs.local import _pairings
 
     rounds = _pairings(ndev)
     met = [pair for pairs in rounds for pair in pairs]

@@ -33,7 +33,7 @@ Scenarios:
   (cho_factor, lu_factor) takes over ``A``'s buffer (XLA's ``input_output_alias``), with the
   program's bytes per process from XLA's memory analysis.
 - ``decompositions``: svd, qr, polar, lstsq (ScaLAPACK's p?gesvd, p?geqrf + p?orgqr/p?ungqr)
-  and p?gels (``jaxmg._engine_rect.gels``), both 1D forms, against numpy and scipy
+  and p?gels (``jaxmg.decompositions.engine_routines.gels``), both 1D forms, against numpy and scipy
   (singular values, reconstruction, orthonormality, numpy's lstsq): every dtype of DTYPES on a
   tall matrix, the double ones also wide and square; ``U``, ``Vh``, ``Q``, ``R`` sharded like
   ``A`` and never whole on a process (XLA's memory analysis), whole where ``K`` divides no grid
@@ -407,7 +407,7 @@ def decompositions(mesh, specs):
     and square (single precision: tall only), a rank-deficient A, and the jvps."""
     import scipy.linalg
 
-    from jaxmg import _engine_rect
+    from jaxmg.decompositions import engine_routines as _engine_rect
 
     rng = np.random.default_rng(3)
     p = size

@@ -248,7 +248,7 @@ def multinode(n, tile):
     b = np.ones((n, 1))
     x = jaxmg.potrs(local, place(b, mesh, P()), tile)
     report("multinode_potrs", scaled_residual(A, fetch(x), b) < 30)
-    backend = jaxmg._geometry.resolve(local).backend
+    backend = jaxmg.engines.resolve(local).backend
     call = functools.partial(jaxmg.potrs, T_A=tile, mesh=mesh, in_specs=P(None, "x"))
     compiled = jax.jit(lambda a: call(a, jnp.ones(n))).lower(local).compile()
     calls = compiled.as_text().count('custom_call_target="jaxmg_')

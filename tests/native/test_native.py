@@ -858,15 +858,15 @@ _MP_GPU_SCRIPT = """
 import os, sys
 import numpy as np
 import jaxmg_cuda
-from jaxmg import _native
+from jaxmg.engines import ENGINES
 if sys.argv[1] != "-":
     jaxmg_cuda._jaxmg_cuda.set_cuda_library_dirs([sys.argv[1]])
 try:
-    _native.load_mp("jaxmg.potrs", "gpu")
+    ENGINES["mp"].load("jaxmg.potrs", "gpu")
 except (NotImplementedError, RuntimeError) as error:
     print(type(error).__name__, error)
     raise SystemExit(0)
-engine = _native.engine("gpu", "jaxmg.lu_solve", "mp")
+engine = ENGINES["mp"].routines("gpu", "jaxmg.lu_solve")
 print("ID", np.asarray(engine.potrs.keywords["nccl_id"]).shape, engine.potrs.func.__name__)
 for call in (lambda: engine.potri(None, 0), lambda: engine.getrs(None, None, None, 0, trans="T")):
     try:

@@ -40,47 +40,18 @@ from jaxmg_layout import (
 )
 
 from . import utils as utils
-from ._api import (
-    potri as potri,
-    potri_symmetrize as potri_symmetrize,
-    potrs as potrs,
-    syevd as syevd,
+from .compat.shardmap_ctx import (
+    potri_shardmap_ctx as potri_shardmap_ctx,
+    potrs_shardmap_ctx as potrs_shardmap_ctx,
+    syevd_shardmap_ctx as syevd_shardmap_ctx,
 )
-from ._compat import (
+from .compat.v0 import (
     cyclic_1d as cyclic_1d,
     manual_cyclic_1d_layout as manual_cyclic_1d_layout,
     plot_block_to_cyclic as plot_block_to_cyclic,
     verify_cyclic as verify_cyclic,
 )
-from ._decompositions import (
-    lstsq as lstsq,
-    polar as polar,
-    qr as qr,
-    svd as svd,
-)
-from ._derivatives import (
-    CholeskyFactor as CholeskyFactor,
-    LUFactor as LUFactor,
-)
-from ._factors import (
-    cho_factor as cho_factor,
-    cho_solve as cho_solve,
-    lu_factor as lu_factor,
-    lu_solve as lu_solve,
-)
-from ._in_shard_map import (
-    potri_no_shardmap as potri_no_shardmap,
-    potri_shardmap_ctx as potri_shardmap_ctx,
-    potrs_no_shardmap as potrs_no_shardmap,
-    potrs_shardmap_ctx as potrs_shardmap_ctx,
-    syevd_no_shardmap as syevd_no_shardmap,
-    syevd_shardmap_ctx as syevd_shardmap_ctx,
-)
-from ._multinode import (
-    gather_to_hosts as gather_to_hosts,
-    host_mesh as host_mesh,
-)
-from ._v1 import (
+from .compat.v1 import (
     device_supports_vmm as device_supports_vmm,
     gesvd as gesvd,
     gesvd_shardmap_ctx as gesvd_shardmap_ctx,
@@ -89,4 +60,35 @@ from ._v1 import (
     lu_solve_shardmap_ctx as lu_solve_shardmap_ctx,
     polar_shardmap_ctx as polar_shardmap_ctx,
     qr_shardmap_ctx as qr_shardmap_ctx,
+)
+from .decompositions.api import (
+    lstsq as lstsq,
+    polar as polar,
+    qr as qr,
+    svd as svd,
+)
+from .programs.derivatives import (
+    CholeskyFactor as CholeskyFactor,
+    LUFactor as LUFactor,
+)
+from .solvers.factors import (
+    cho_factor as cho_factor,
+    cho_solve as cho_solve,
+    lu_factor as lu_factor,
+    lu_solve as lu_solve,
+)
+from .solvers.hermitian import (
+    potri as potri,
+    potri_symmetrize as potri_symmetrize,
+    potrs as potrs,
+    syevd as syevd,
+)
+from .solvers.in_shard_map import (
+    potri_no_shardmap as potri_no_shardmap,
+    potrs_no_shardmap as potrs_no_shardmap,
+    syevd_no_shardmap as syevd_no_shardmap,
+)
+from .solvers.multinode import (
+    gather_to_hosts as gather_to_hosts,
+    host_mesh as host_mesh,
 )

@@ -1,13 +1,14 @@
 """The public functions on global arrays that factor and solve in one call: potrs, potri, syevd
-(the factor objects, ``cho_factor``/``lu_factor``: :mod:`jaxmg._factors`).
+(the factor objects, ``cho_factor``/``lu_factor``: :mod:`jaxmg.solvers.factors`).
 
-Each validates its arguments in Python before any device work (:func:`_prepare`, with
-:mod:`jaxmg._validate` and :mod:`jaxmg._geometry`), places ``A`` (and ``b``) where the call runs,
-and runs one jitted program: a differentiable call of :mod:`jaxmg._derivatives`, or, with
-``donate=True`` on concrete arrays, the same program with its arrays donated (below; nothing
-donated is differentiated). The programs themselves: :mod:`jaxmg._programs`. The functions
-called inside a user's ``shard_map`` (``*_no_shardmap``, ``*_shardmap_ctx``):
-:mod:`jaxmg._in_shard_map`.
+Each checks its arguments in Python before any device work (:func:`_prepare`: the checks of
+:mod:`jaxmg.describe.checks`, then where ``A`` lives and which engine solves there,
+:func:`jaxmg.engines.locate`, then the call's description, :mod:`jaxmg.describe.call`), places
+``A`` (and ``b``) where the call runs, and runs one jitted program: a differentiable call of
+:mod:`jaxmg.programs.derivatives`, or, with ``donate=True`` on concrete arrays, the same program
+with its arrays donated (below; nothing donated is differentiated). The programs themselves:
+:mod:`jaxmg.programs.routines`. The functions called inside a user's ``shard_map``
+(``*_no_shardmap``): :mod:`jaxmg.solvers.in_shard_map`.
 """
 
 from __future__ import annotations
@@ -19,15 +20,17 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from . import _geometry, _v1_status, _validate
-from ._call import describe, layout, locate
-from ._derivatives import (
+from ..describe import checks, v1_status
+from ..describe.call import of_square
+from ..describe.checks import AnyMesh, Backend, Relayout, Result, Specs
+from ..describe.sharding import _explicit, _placed, check_spec_axes, is_tracer
+from ..engines import locate
+from ..programs.derivatives import (
     _potri_call,
     _potrs_call,
     _syevd_call,
 )
-from ._local import _explicit, _placed
-from ._programs import (
+from ..programs.routines import (
     _cho_logdet_program,
     _getrf_program,
     _potrf_program,
@@ -35,7 +38,6 @@ from ._programs import (
     _status,
     _syevd_program,
 )
-from ._validate import AnyMesh, Backend, Relayout, Result, Specs
 
 # --- the checks every public function runs --------------------------------------------------------
 
@@ -54,30 +56,9 @@ _OPTIONS = ("cyclic_1d", "pad", "relayout", "backend")
 
 def _prepare(A, T_A, mesh, spec, cyclic_1d, relayout, pad, caller, routine, backend=None):
     """Validate the arguments and resolve the geometry; returns ``(call, A's dtype)``."""
-    T_A = _validate.tile_size(T_A, caller, cyclic_1d)
-    shape = getattr(A, "shape", ())
-    if not cyclic_1d and pad is False and len(shape) == 2 and shape[0] != shape[1]:
-        raise ValueError(
-            f"{caller}: A must be square [N, N], got shape {tuple(shape)}. jaxmg takes A "
-            "unpadded: jaxmg 0.0.x's pre-padded shards (pad=False) are not accepted; pass the "
-            "N x N matrix."
-        )
-    geometry, dtype = locate(A, mesh, spec, backend, caller, cyclic=bool(cyclic_1d))
-    if geometry.form == "grid":
-        if cyclic_1d:
-            raise ValueError(
-                f"{caller}: cyclic_1d=True is the 1D layout of P(None, ax) or P(ax, None); pass A "
-                "sharded P(r, c) in JAX's block sharding (jaxmg lays it out itself)."
-            )
-        n = _validate.square_size(A, caller)
-        tile = _validate.grid_plan(n, geometry.grid, T_A, pad, caller).tile
-        return describe(tile, n, False, relayout, geometry, caller), dtype
-    if cyclic_1d:
-        n = _validate.cyclic_shape(A, geometry, T_A, caller)
-    else:
-        n = _validate.square_size(A, caller)
-    T_A = layout(T_A, n, geometry, pad, routine, caller).T_A
-    return describe(T_A, n, cyclic_1d, relayout, geometry, caller), dtype
+    T_A, dtype, relayout, n = checks.square_matrix(A, T_A, cyclic_1d, relayout, pad, caller)
+    geometry = locate(A, mesh, spec, backend, caller, cyclic=bool(cyclic_1d))
+    return of_square(A, n, T_A, cyclic_1d, relayout, pad, geometry, routine, caller), dtype
 
 
 # --- donate=True ----------------------------------------------------------------------------------
@@ -114,12 +95,12 @@ _getrf_donated = jax.jit(_getrf_program.__wrapped__, static_argnums=0, donate_ar
 
 
 def _factor_in_a(call) -> bool:
-    """Whether potrs with ``A`` donated keeps its factor in ``A``'s buffer: not on the
-    one-device engine (backend ``"jax"``), whose status reads ``A`` again after the
-    factorisation when it failed (:func:`jaxmg._dense._cholesky`), so that XLA would copy ``A``
-    to hand its buffer to the factor: one block more than not donating. There ``A`` and ``b``
-    are given up after the call instead."""
-    return call.geometry.backend != "jax"
+    """Whether potrs with ``A`` donated keeps its factor in ``A``'s buffer (the engine says:
+    not JAX's one-device engine, whose status reads ``A`` again after a failed factorisation,
+    :func:`jaxmg.engines.dense._cholesky`, so that XLA would copy ``A`` to hand its buffer to
+    the factor: one block more than not donating). Where not, ``A`` and ``b`` are given up
+    after the call instead."""
+    return call.geometry.engine.factors_in_a
 
 
 def _donating(donate, caller, *arrays) -> bool:
@@ -127,7 +108,7 @@ def _donating(donate, caller, *arrays) -> bool:
     (a traced value is no buffer: under ``jit`` donate with ``donate_argnums``)."""
     if not isinstance(donate, bool):
         raise TypeError(f"{caller}: donate must be True or False, got {donate!r}.")
-    return donate and not any(_geometry.is_tracer(x) for x in arrays)
+    return donate and not any(is_tracer(x) for x in arrays)
 
 
 def _consume(given, placed):
@@ -233,23 +214,23 @@ def potrs(
     programs; never gathers ``A`` on one device.
     """
     caller = "jaxmg.potrs"
-    _validate.keyword_only(caller, positional, _POTRS_WAS)
-    in_specs, v1 = _validate.matrix_specs(in_specs, matrix_specs, caller)
+    specs, v1 = checks.arguments(caller, positional, _POTRS_WAS, in_specs, matrix_specs, ("A", "b"))
     options = dict(cyclic_1d=cyclic_1d, pad=pad, relayout=relayout, backend=backend)
     return _potrs(
-        A, b, T_A, mesh, in_specs, caller, v1, return_status, return_logdet, donate, **options
+        A, b, T_A, mesh, specs, caller, v1, return_status, return_logdet, donate, **options
     )
 
 
-def _potrs(A, b, T_A, mesh, in_specs, caller, v1, return_status, return_logdet, donate, **options):
-    """:func:`potrs` for the caller ``caller``, its status in 1.x's form when ``v1``."""
+def _potrs(A, b, T_A, mesh, specs, caller, v1, return_status, return_logdet, donate, **options):
+    """:func:`potrs` for the caller ``caller`` (``specs``: checked, one per array), its status
+    in 1.x's form when ``v1``."""
     cyclic_1d, pad, relayout, backend = (options[k] for k in _OPTIONS)
-    spec_a, spec_b = _validate.in_specs(in_specs, caller, ("A", "b"))
+    spec_a, spec_b = specs
     call, dtype = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, caller, "potrs", backend)
     geometry, n = call.geometry, call.n
-    b_shape = _validate.rhs_shape(b, n, dtype, caller)
+    b_shape = checks.rhs_shape(b, n, dtype, caller)
     if spec_b is not None:
-        _geometry.check_spec_axes(spec_b, geometry.mesh, "in_specs[1] (b)")
+        check_spec_axes(spec_b, geometry.mesh, "in_specs[1] (b)")
     a = _placed(A, geometry.mesh, geometry.spec)
     b_placed = _placed(b, geometry.mesh, P())
     flags = (call, bool(return_logdet), bool(return_status), b_shape)
@@ -266,9 +247,7 @@ def _potrs(A, b, T_A, mesh, in_specs, caller, v1, return_status, return_logdet, 
         x, logdet, status = _potrs_call(*flags, a, b_placed)
     if return_status and v1:
         nrhs = 1 if len(b_shape) == 1 else b_shape[1]
-        status = _v1_status.vector(
-            "potrs", status, geometry, shape=(n, n), tile=call.T_A, nrhs=nrhs
-        )
+        status = v1_status.vector("potrs", status, geometry, shape=(n, n), tile=call.T_A, nrhs=nrhs)
     out = (x,)
     out += (logdet,) if return_logdet else ()
     out += (status,) if return_status else ()
@@ -310,8 +289,7 @@ def potri(
     (row-sharded: ``A``'s block plus two small blocks per device in all).
     """
     caller = "jaxmg.potri"
-    _validate.keyword_only(caller, positional, _POTRI_WAS)
-    (spec_a,) = _validate.in_specs(in_specs, caller, ("A",))
+    (spec_a,), _ = checks.arguments(caller, positional, _POTRI_WAS, in_specs, None, ("A",))
     call, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, caller, "potri", backend)
     geometry = call.geometry
     a = _placed(A, geometry.mesh, geometry.spec)
@@ -401,20 +379,18 @@ def syevd(
     ``all_to_all`` of ``V`` (two more).
     """
     caller = "jaxmg.syevd"
-    _validate.keyword_only(caller, positional, _SYEVD_WAS)
-    in_specs, v1 = _validate.matrix_specs(in_specs, matrix_specs, caller)
+    specs, v1 = checks.arguments(caller, positional, _SYEVD_WAS, in_specs, matrix_specs, ("A",))
     options = dict(cyclic_1d=cyclic_1d, pad=pad, relayout=relayout, backend=backend)
     return _syevd(
-        A, T_A, mesh, in_specs, caller, v1, return_eigenvectors, return_status, donate, **options
+        A, T_A, mesh, specs, caller, v1, return_eigenvectors, return_status, donate, **options
     )
 
 
-def _syevd(
-    A, T_A, mesh, in_specs, caller, v1, return_eigenvectors, return_status, donate, **options
-):
-    """:func:`syevd` for the caller ``caller``, its status in 1.x's form when ``v1``."""
+def _syevd(A, T_A, mesh, specs, caller, v1, return_eigenvectors, return_status, donate, **options):
+    """:func:`syevd` for the caller ``caller`` (``specs``: checked, one per array), its status
+    in 1.x's form when ``v1``."""
     cyclic_1d, pad, relayout, backend = (options[k] for k in _OPTIONS)
-    (spec_a,) = _validate.in_specs(in_specs, caller, ("A",))
+    (spec_a,) = specs
     call, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, caller, "syevd", backend)
     geometry = call.geometry
     vectors = bool(return_eigenvectors)
@@ -431,7 +407,7 @@ def _syevd(
         _consume(A, a)
     if return_status and v1:
         shape = (call.n, call.n)
-        status = _v1_status.vector("syevd", status, geometry, shape=shape, tile=call.T_A)
+        status = v1_status.vector("syevd", status, geometry, shape=shape, tile=call.T_A)
     out = (w, v) if vectors else (w,)
     out += (status,) if return_status else ()
     return out if len(out) > 1 else out[0]

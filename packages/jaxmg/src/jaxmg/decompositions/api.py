@@ -1,16 +1,16 @@
 """svd, polar, lstsq and qr of a sharded matrix: the public functions, their checks and
 jaxmg 1.x's options.
 
-Neither cuSolverMg nor its LAPACK twin has an SVD or a QR, so these are built from what the
-engines do run, with sharded products between the calls, on every backend and platform the
-routines they call run on: the SVD (and ``polar``, ``lstsq``) from QDWH's polar decomposition
-(:mod:`jaxmg._qdwh`) or the Jordan-Wielandt eigenproblem (:mod:`jaxmg._svd`), QR by shifted
-CholeskyQR (:mod:`jaxmg._qr`), the glue between
-solver calls in :mod:`jaxmg._glue`. Backend ``"mp"`` runs the engine's own routines instead
-(:mod:`jaxmg._engine_rect`: ScaLAPACK's on CPUs; on GPUs cuSOLVERMp's, for ``qr`` alone;
-``lstsq`` stays on the SVD because its contract, ``s``, the numerical rank and ``rcond``, is
-more than ``p?gels`` gives). On a solver axis of one device
-with the default backend they are JAX's own (``jnp.linalg.svd``, ``qr``, ``lstsq``,
+Neither cuSolverMg nor its LAPACK twin has an SVD or a QR, so these are built from what the engines
+do run, with sharded products between the calls, on every backend and platform the routines they
+call run on: the SVD (and ``polar``, ``lstsq``) from QDWH's polar decomposition
+(:mod:`jaxmg.decompositions.qdwh`) or the Jordan-Wielandt eigenproblem
+(:mod:`jaxmg.decompositions.svd`), QR by shifted CholeskyQR (:mod:`jaxmg.decompositions.qr`), the
+glue between solver calls in :mod:`jaxmg.decompositions.glue`. Backend ``"mp"`` runs the engine's
+own routines instead (:mod:`jaxmg.decompositions.engine_routines`: ScaLAPACK's on CPUs; on GPUs
+cuSOLVERMp's, for ``qr`` alone; ``lstsq`` stays on the SVD because its contract, ``s``, the
+numerical rank and ``rcond``, is more than ``p?gels`` gives). On a solver axis of one device with
+the default backend they are JAX's own (``jnp.linalg.svd``, ``qr``, ``lstsq``,
 ``jax.scipy.linalg.polar``), with JAX's derivatives.
 """
 
@@ -23,15 +23,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from . import _api, _geometry, _v1_status, _validate
-from ._glue import (
+from ..describe import checks, v1_status
+from ..describe.checks import AnyMesh, Backend, Result, Specs
+from ..describe.sharding import _placed, is_tracer
+from ..solvers import hermitian
+from .glue import (
     _engine_qr,
     _where,
 )
-from ._local import _placed
-from ._qr import _qr_call
-from ._svd import _lstsq_call, _polar_call, _svd_call
-from ._validate import AnyMesh, Backend, Result, Specs
+from .qr import _qr_call
+from .svd import _lstsq_call, _polar_call, _svd_call
 
 
 def svd(
@@ -77,8 +78,8 @@ def svd(
     values.
     """
     caller = "jaxmg.svd"
-    _validate.keyword_only(caller, positional, "return_status or backend, e.g. return_status=True")
-    T_A = _validate.tile_size(T_A, caller)
+    checks.keyword_only(caller, positional, "return_status or backend, e.g. return_status=True")
+    T_A = checks.tile_size(T_A, caller)
     u, s, vh, status, _ = _svd_of(
         A, bool(full_matrices), bool(compute_uv), T_A, mesh, in_specs, backend, caller
     )
@@ -113,7 +114,7 @@ def _qr_of(A, T_A, mesh, in_specs, mode, backend, caller):
         raise ValueError(f"{caller}: mode must be 'reduced' or 'r', got {mode!r}.")
     geometry, _ = _where(A, mesh, in_specs, backend, caller, _engine_qr)
     k = min(A.shape)
-    if geometry.backend != "jax" and not _engine_qr(geometry) and k % geometry.ndev:
+    if not geometry.engine.whole and not _engine_qr(geometry) and k % geometry.ndev:
         raise ValueError(
             f"{caller}: min(M, N) = {k} must be divisible by the {geometry.ndev} devices of axis "
             f"{geometry.axis!r} (the Gram matrix of the first {k} columns is factored by "
@@ -132,17 +133,17 @@ def _v1_options(caller, T_A, pad, donate, in_specs, matrix_specs):
             f"{caller}: T_A (the second positional argument, as in jaxmg 1.x) is a tile size, got "
             f"{T_A!r}; pass numpy-style options by name, e.g. mode='r' or side='left'."
         )
-    _validate.flag(pad, "pad", caller)
-    _validate.flag(donate, "donate", caller)
-    in_specs, v1 = _validate.matrix_specs(in_specs, matrix_specs, caller)
-    return _validate.tile_size(T_A, caller), in_specs, v1
+    checks.flag(pad, "pad", caller)
+    checks.flag(donate, "donate", caller)
+    in_specs, v1 = checks.matrix_specs(in_specs, matrix_specs, caller)
+    return checks.tile_size(T_A, caller), in_specs, v1
 
 
 def _give_up(donate, *arrays):
     """``donate=True`` (eager calls of concrete arrays): the arrays are deleted once the call
     has been dispatched, as jaxmg 1.x's donation leaves them. The compositions do not work in
     their buffers, so this frees them earlier and no more."""
-    if _api._donating(donate, "jaxmg", *arrays):
+    if hermitian._donating(donate, "jaxmg", *arrays):
         for x in arrays:
             if isinstance(x, jax.Array) and not x.is_deleted():
                 x.delete()
@@ -176,15 +177,15 @@ def polar(
     Derivatives through the SVD's: distinct singular values.
     """
     caller = "jaxmg.polar"
-    _validate.keyword_only(caller, positional, "side or return_status, e.g. side='left'")
+    checks.keyword_only(caller, positional, "side or return_status, e.g. side='left'")
     T_A, in_specs, v1 = _v1_options(caller, T_A, pad, donate, in_specs, matrix_specs)
     if side not in ("right", "left"):
         raise ValueError(f"{caller}: side must be 'right' or 'left', got {side!r}.")
-    compute_h = _validate.flag(compute_h, "compute_h", caller)
+    compute_h = checks.flag(compute_h, "compute_h", caller)
     u, p, status, geometry = _polar_of(A, T_A, mesh, in_specs, side, backend, caller)
     _give_up(donate, A)
     if return_status and v1:
-        status = _v1_status.vector("polar", status, geometry, shape=A.shape, tile=T_A or 0)
+        status = v1_status.vector("polar", status, geometry, shape=A.shape, tile=T_A or 0)
     out = (u, p) if compute_h else (u,)
     out += (status,) if return_status else ()
     return out if len(out) > 1 else out[0]
@@ -221,14 +222,14 @@ def lstsq(
     full rank: see :func:`gels`); derivatives through the SVD's.
     """
     caller = "jaxmg.lstsq"
-    _validate.keyword_only(caller, positional, "return_status or backend, e.g. return_status=True")
+    checks.keyword_only(caller, positional, "return_status or backend, e.g. return_status=True")
     geometry, dtype = _where(A, mesh, in_specs, backend, caller)
     m, n = A.shape
-    b_shape = _validate.rhs_shape(b, m, dtype, caller)
-    T_A = _validate.tile_size(T_A, caller)
+    b_shape = checks.rhs_shape(b, m, dtype, caller)
+    T_A = checks.tile_size(T_A, caller)
     if rcond is None:
         rcond = float(np.finfo(dtype).eps) * max(m, n)
-    elif not _geometry.is_tracer(rcond) and not float(rcond) < 1:
+    elif not is_tracer(rcond) and not float(rcond) < 1:
         raise ValueError(
             f"{caller}: rcond={rcond!r} counts every singular value as zero (it is relative to the "
             "largest, so x would be 0); pass rcond < 1, or None. For jaxmg 1.x's "
@@ -286,12 +287,12 @@ def qr(
     product ``Q^H A``), which needs ``R``'s first ``K`` columns invertible.
     """
     caller = "jaxmg.qr"
-    _validate.keyword_only(caller, positional, "mode or return_status, e.g. mode='r'")
+    checks.keyword_only(caller, positional, "mode or return_status, e.g. mode='r'")
     T_A, in_specs, v1 = _v1_options(caller, T_A, pad, donate, in_specs, matrix_specs)
     q, r, status, geometry = _qr_of(A, T_A, mesh, in_specs, mode, backend, caller)
     _give_up(donate, A)
     if return_status and v1:
-        status = _v1_status.vector("qr", status, geometry, shape=A.shape, tile=T_A or 0)
+        status = v1_status.vector("qr", status, geometry, shape=A.shape, tile=T_A or 0)
     out = (r,) if mode == "r" else (q, r)
     out += (status,) if return_status else ()
     return out if len(out) > 1 else out[0]

@@ -3,8 +3,8 @@
 On a solver axis of one device there is nothing to distribute, and cuSolverMg (or its LAPACK
 twin) only adds its fixed cost and its tile limits to what one device's dense solver does
 (docs/performance.md has the measurements). So when ``backend=None`` and the solver axis holds
-one device (:func:`jaxmg._geometry.choose_backend`), the shard_map programs
-(:mod:`jaxmg._programs`, :mod:`jaxmg._local`) call these wrappers instead of the native ones:
+one device (:func:`jaxmg.engines.choose`), the shard_map programs
+(:mod:`jaxmg.programs`) call these wrappers instead of the native ones:
 XLA's own LAPACK calls on CPUs, cuSOLVER's dense routines on GPUs. Everything above the engine
 (the programs, the factor objects, the log-determinant, every derivative rule) is unchanged.
 
@@ -56,6 +56,9 @@ import types
 import jax
 import jax.numpy as jnp
 from jax import lax
+
+from ..describe import processes
+from .base import Engine
 
 
 def _matrix(storage):
@@ -261,12 +264,6 @@ def getrs(lu, pivots, b, position, *, trans="N", **_):
     return _replicated(x.T), _status(0)
 
 
-def engine(platform: str) -> types.SimpleNamespace:
-    """The one-device engine for ``platform`` (``"cpu"`` or ``"gpu"``), with the native
-    engines' routine names and arguments."""
-    return _ENGINES[platform]
-
-
 def _make(platform: str) -> types.SimpleNamespace:
     return types.SimpleNamespace(
         potrs=potrs,
@@ -277,8 +274,33 @@ def _make(platform: str) -> types.SimpleNamespace:
         potri_factored=potri_factored,
         getrf=getrf,
         getrs=getrs,
-        solves_transposed=True,
     )
 
 
-_ENGINES = {platform: _make(platform) for platform in ("cpu", "gpu")}
+_WRAPPERS = {platform: _make(platform) for platform in ("cpu", "gpu")}
+
+
+class Dense(Engine):
+    """Chosen for a solver axis of one device (``backend=None``), never asked for by name."""
+
+    name = "jax"
+    public = False
+    summary = "JAX's own dense solvers, one device"
+    whole = True
+    # Its status reads A again after a failed factorisation (_cholesky), so XLA would copy A
+    # to hand its buffer to the factor: one block more than not donating.
+    factors_in_a = False
+
+    def routines(self, platform, caller):
+        return _WRAPPERS[platform]
+
+    def tile(self, T_A, n, ndev, routine, platform, caller, pad):
+        return n  # the whole matrix, whatever T_A was asked for
+
+    def participants(self, mesh, axes, platform, caller):
+        # One device, which solves alone (each device of the mesh's other axes, in any process,
+        # solves its own copy): no rendezvous, so its device and process need not be known.
+        return 1, (processes.UNKNOWN_DEVICE,), 0, ()
+
+
+ENGINE = Dense()

@@ -1,4 +1,4 @@
-"""What the decompositions (:mod:`jaxmg._decompositions`) put between their solver calls.
+"""What the decompositions (:mod:`jaxmg.decompositions.api`) put between their solver calls.
 
 Where ``A`` lives and what it may be (:func:`_where`), the sharding of a result "like ``A``"
 (:func:`_like_a`), and :func:`_glue`: the products, slices and concatenations between two solver
@@ -12,9 +12,9 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from . import _validate
-from ._call import engine_relays_blocks, locate
-from ._local import _explicit, _placed
+from ..describe import checks
+from ..describe.sharding import _explicit, _placed
+from ..engines import locate
 
 _HIGHEST = jax.lax.Precision.HIGHEST
 
@@ -31,8 +31,9 @@ def _where(A, mesh, in_specs, backend, caller, engine_routine=None):
     """Checks before any device work: ``A``'s type and shape, the sharding it is solved on.
     ``engine_routine(geometry)`` (default :func:`_native_mp`): whether the caller's routine
     runs on the engine's own routine there, which alone takes a process grid ``P(r, c)``."""
-    (spec,) = _validate.in_specs(in_specs, caller, ("A",))
-    geometry, dtype = locate(A, mesh, spec, backend, caller)
+    (spec,) = checks.in_specs(in_specs, caller, ("A",))
+    dtype = checks.matrix_dtype(A, caller)
+    geometry = locate(A, mesh, spec, backend, caller)
     m, n = A.shape
     if geometry.form == "grid":
         if not (engine_routine or _native_mp)(geometry):
@@ -74,8 +75,9 @@ _REPLICATED = P(None, None)
 
 
 def _engine(geometry):
-    """The backend the composed routines ask for (``None`` leaves the choice to them)."""
-    return geometry.backend if geometry.backend in ("mg", "mp") else None
+    """The backend the composed routines ask for: the call's engine, where it can be asked for
+    by name (``None`` leaves the choice to them)."""
+    return geometry.engine.name if geometry.engine.public else None
 
 
 def _glue(geometry, out_specs, f, *args):
@@ -130,20 +132,20 @@ def _native_mp(geometry):
     """Whether ScaLAPACK's own p?gesvd, p?geqrf + p?orgqr and p?gels run: backend ``"mp"`` on
     CPUs, the engine that also relays blocks itself. On GPUs the compositions run ``svd``,
     ``polar`` and ``lstsq`` (cusolverMpGesvd came in cuSOLVERMp 0.9.0 and is not bound)."""
-    return engine_relays_blocks(geometry)
+    return geometry.engine.relays_blocks(geometry.platform)
 
 
 def _engine_inverts(geometry):
     """Whether the engine has ``potri``: all but backend ``"mp"`` on GPUs (cuSOLVERMp has no
     inverse)."""
-    return not (geometry.backend == "mp" and geometry.platform == "gpu")
+    return geometry.engine.inverts(geometry.platform)
 
 
 def _engine_qr(geometry):
     """Whether the engine's own QR (and least squares of full rank) runs: backend ``"mp"``,
     ScaLAPACK's p?geqrf + p?orgqr and p?gels on CPUs, cuSOLVERMp's Geqrf + Orgqr and Gels on
     GPUs (in cuSOLVERMp 0.8.0 and later)."""
-    return geometry.backend == "mp"
+    return geometry.engine.own_qr
 
 
 def _svd_specs(geometry, u_shape, vh_shape):

@@ -10,10 +10,10 @@ its own blocks and one piece in flight. They run inside ``jax.shard_map`` on the
 of ``X`` sharded by rows ``P(axis, None)`` (``x``: ``[M/p, K]``) or by columns ``P(None,
 axis)`` (``x``: ``[M, K/p]``), ``K`` divisible by the ``p`` devices of ``axis``.
 
-Used by the Newton-Schulz polish of the singular vectors (:mod:`jaxmg._svd`), by CholeskyQR
-(:mod:`jaxmg._qr`: its Gram matrices and its ``X R^{-1}``, :func:`right_triangular_solve`, a
-blocked triangular solve that sends one piece of ``R`` or of the solution at a time) and by
-QDWH (:mod:`jaxmg._qdwh`).
+Used by the Newton-Schulz polish of the singular vectors (:mod:`jaxmg.decompositions.svd`), by
+CholeskyQR (:mod:`jaxmg.decompositions.qr`: its Gram matrices and its ``X R^{-1}``,
+:func:`right_triangular_solve`, a blocked triangular solve that sends one piece of ``R`` or of the
+solution at a time) and by QDWH (:mod:`jaxmg.decompositions.qdwh`).
 """
 
 from __future__ import annotations

@@ -1,20 +1,19 @@
-"""The SVD of a sharded matrix, and ``polar`` and ``lstsq`` from it: by QDWH's polar
-decomposition and ``syevd`` of its Hermitian factor (:mod:`jaxmg._qdwh`) for ``M >= N`` with
-``N`` divisible by the devices and reduced factors; otherwise (``M < N``, such an ``N``, or
-``full_matrices=True``) as the Hermitian eigenproblem of the Jordan-Wielandt matrix ``B = [[0,
-A], [A^H, 0]]`` (``syevd`` of ``M + N`` columns).
+"""The SVD of a sharded matrix, and ``polar`` and ``lstsq`` from it: by QDWH's polar decomposition
+and ``syevd`` of its Hermitian factor (:mod:`jaxmg.decompositions.qdwh`) for ``M >= N`` with ``N``
+divisible by the devices and reduced factors; otherwise (``M < N``, such an ``N``, or
+``full_matrices=True``) as the Hermitian eigenproblem of the Jordan-Wielandt matrix ``B = [[0, A],
+[A^H, 0]]`` (``syevd`` of ``M + N`` columns).
 
 ``B``'s eigenvalues are ``±σ_i`` (and ``|M - N|`` zeros), the eigenvector of ``+σ_i`` is ``(u_i;
-v_i) / sqrt(2)``. ``syevd`` is backward stable, so the singular values carry LAPACK's absolute
-error (``O(ε ||A||)``) whatever the condition number, and each singular vector the error of its
-gap, as ``gesvd``'s; a Newton-Schulz step in ring products (:mod:`jaxmg._products`) polishes
-the vectors. The price: ``8x`` the eigensolver's work of an ``N x N`` problem, and a matrix of
-``(M + N)^2`` elements. ``polar``: on the QDWH route (``side="right"``) QDWH's own factors,
-without the eigensolver; otherwise ``U = U_s Vh``, ``H = V diag(s) Vh``; ``lstsq``: the
-pseudo-inverse, singular values below ``rcond * s[0]`` dropped (``jnp.linalg.lstsq``'s rule).
-Derivatives: JAX's rule for distinct singular values (``full_matrices=False``), written with
-sharded products, whichever route made the SVD; ``polar`` and ``lstsq`` differentiate through
-it.
+v_i) / sqrt(2)``. ``syevd`` is backward stable, so the singular values carry LAPACK's absolute error
+(``O(ε ||A||)``) whatever the condition number, and each singular vector the error of its gap, as
+``gesvd``'s; a Newton-Schulz step in ring products (:mod:`jaxmg.decompositions.products`) polishes
+the vectors. The price: ``8x`` the eigensolver's work of an ``N x N`` problem, and a matrix of ``(M
++ N)^2`` elements. ``polar``: on the QDWH route (``side="right"``) QDWH's own factors, without the
+eigensolver; otherwise ``U = U_s Vh``, ``H = V diag(s) Vh``; ``lstsq``: the pseudo-inverse, singular
+values below ``rcond * s[0]`` dropped (``jnp.linalg.lstsq``'s rule). Derivatives: JAX's rule for
+distinct singular values (``full_matrices=False``), written with sharded products, whichever route
+made the SVD; ``polar`` and ``lstsq`` differentiate through it.
 """
 
 from __future__ import annotations
@@ -27,11 +26,13 @@ import numpy as np
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
-from . import _api, _products, _qdwh
-from ._engine_rect import (
+from ..describe.sharding import _placed
+from ..solvers import hermitian
+from . import products, qdwh
+from .engine_routines import (
     _svd_native,
 )
-from ._glue import (
+from .glue import (
     _REPLICATED,
     _engine,
     _finite_status,
@@ -44,7 +45,6 @@ from ._glue import (
     _transposed,
     _whole,
 )
-from ._local import _placed
 
 
 def _jordan_wielandt(a, pad):
@@ -87,12 +87,12 @@ def _unit_columns(x):
 
 
 def _polished(x, determined, geometry, spec):
-    """Two Newton-Schulz steps on the ``determined`` columns of ``x``: mixing of an
-    eigenvector with other pairs' leaves ``X^H X`` off the identity by ``O(ε ||A|| / gap)``,
-    which each step squares. The other columns take no part, so that they cannot spoil the
-    determined ones. Sharded ``x``: ring products (:mod:`jaxmg._products`); replicated: XLA's."""
+    """Two Newton-Schulz steps on the ``determined`` columns of ``x``: mixing of an eigenvector with
+    other pairs' leaves ``X^H X`` off the identity by ``O(ε ||A|| / gap)``, which each step squares.
+    The other columns take no part, so that they cannot spoil the determined ones. Sharded ``x``:
+    ring products (:mod:`jaxmg.decompositions.products`); replicated: XLA's."""
     if spec != _REPLICATED:
-        return _products.newton_schulz(x, determined, geometry.mesh, spec)
+        return products.newton_schulz(x, determined, geometry.mesh, spec)
 
     def steps(x, keep):
         kept = jnp.where(keep[None, :], x, 0)
@@ -111,7 +111,7 @@ def _svd_program(geometry, T_A, full, a):
     k = min(m, n)
     pad = -(m + n) % geometry.ndev
     b = _glue(geometry, geometry.spec, functools.partial(_jordan_wielandt, pad=pad), a)
-    w, v, status = _api.syevd(
+    w, v, status = hermitian.syevd(
         b,
         T_A=T_A,
         mesh=geometry.mesh,
@@ -142,8 +142,8 @@ def _svd_program(geometry, T_A, full, a):
 def _svd(geometry, T_A, a):
     if _native_mp(geometry):
         return _svd_native(geometry, T_A, a)
-    if _qdwh.applies(geometry, a.shape):
-        return _qdwh.polar_and_svd(geometry, T_A, a)[2:]
+    if qdwh.applies(geometry, a.shape):
+        return qdwh.polar_and_svd(geometry, T_A, a)[2:]
     return _svd_program(geometry, T_A, False, a)
 
 
@@ -182,7 +182,7 @@ def _svd_tangents(u, s, vh, da):
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
 def _svd_call(geometry, T_A, full, compute_uv, a):
-    if geometry.backend == "jax":
+    if geometry.engine.whole:
         a = _whole(a, geometry)
         if not compute_uv:
             s = jnp.linalg.svd(a, compute_uv=False)
@@ -222,13 +222,13 @@ def _polar_factors(u_s, s, vh, side):
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))
 def _polar_call(geometry, T_A, side, a):
-    if geometry.backend == "jax":
+    if geometry.engine.whole:
         a = _whole(a, geometry)
         u, p = jax.scipy.linalg.polar(a, side=side, method="svd")
         p = (p + _h(p)) / 2
         u = _placed(u, geometry.mesh, _like_a(geometry, u.shape))
         return u, _placed(p, geometry.mesh, _like_a(geometry, p.shape)), _finite_status(p)
-    if side == "right" and _qdwh.applies(geometry, a.shape) and not _native_mp(geometry):
+    if side == "right" and qdwh.applies(geometry, a.shape) and not _native_mp(geometry):
         return _polar_qdwh(geometry, T_A, a)
     return _polar_by_svd(geometry, T_A, side, a)
 
@@ -236,7 +236,7 @@ def _polar_call(geometry, T_A, side, a):
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
 def _polar_qdwh(geometry, T_A, a):
     """QDWH's own factors ``(U_p, H, status)``, without the SVD's eigensolver and products."""
-    return _qdwh.polar(geometry, a)
+    return qdwh.polar(geometry, a)
 
 
 @_polar_qdwh.defjvp
@@ -250,11 +250,11 @@ def _polar_by_svd(geometry, T_A, side, a):
     ``U_s diag(s) U_s^H`` (left)."""
     u_s, s, vh, status = _svd(geometry, T_A, a)
     m, n = a.shape
-    if side == "right" and _qdwh.applies(geometry, a.shape):  # ring products, as U_s and Vh
+    if side == "right" and qdwh.applies(geometry, a.shape):  # ring products, as U_s and Vh
         spec, mesh = geometry.spec, geometry.mesh
         vs = _glue(geometry, spec, lambda vh, s: _h(vh) * s.astype(vh.dtype)[None, :], vh, s)
-        u = _products.times(u_s, vh, mesh, spec)
-        p = _products.times(vs, vh, mesh, spec)
+        u = products.times(u_s, vh, mesh, spec)
+        p = products.times(vs, vh, mesh, spec)
         return u, _glue(geometry, spec, lambda p: (p + _h(p)) / 2, p), status
     p_shape = (n, n) if side == "right" else (m, m)
     specs = (_like_a(geometry, a.shape), _like_a(geometry, p_shape))
@@ -309,7 +309,7 @@ def _sharded_pseudo_inverse_solve(geometry, u, s_inv, vh, a, b):
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
 def _lstsq_call(geometry, T_A, a, b, rcond):
-    if geometry.backend == "jax":
+    if geometry.engine.whole:
         a = _whole(a, geometry)
         x, resid, rank, s = jnp.linalg.lstsq(a, b, rcond=rcond)
         return x, resid, rank, s, _finite_status(s)

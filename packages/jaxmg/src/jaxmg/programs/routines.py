@@ -1,25 +1,26 @@
 """The ``jax.shard_map`` programs: one jitted program per native routine, on global arrays.
 
-Every public function (:mod:`jaxmg._api`) validates its inputs in Python, resolves where ``A``
-lives (:mod:`jaxmg._geometry`), and runs programs of this module, each one ``jax.shard_map``
-whose body works on local blocks (:mod:`jaxmg._local`):
+Every public function (:mod:`jaxmg.solvers`) validates its inputs in Python, resolves where
+``A`` lives and which engine solves there (:mod:`jaxmg.describe`, :mod:`jaxmg.engines`), and
+runs programs of this module, each one ``jax.shard_map`` whose body works on local blocks
+(:mod:`jaxmg.programs.local`):
 
 1. relayout the local block to the 1D block-cyclic column layout (:mod:`jaxmg_layout`);
 2. hand the native target the local tiles in the form it reads: an ``[L, N]`` row-major array,
    which is the column-major storage of ``N x L`` tiles of a column block;
 3. bring the results back to the caller's sharding.
 
-Programs. Each takes the call's :class:`jaxmg._call.Call` first, then the arrays: ``potrs``
+Programs. Each takes the call's :class:`jaxmg.describe.call.Call` first, then the arrays: ``potrs``
 (factor and solve in one native call, optionally returning the factor), ``potri``, ``syevd``,
-``potrf`` (the Cholesky factor alone), ``potrs_factored``/``potri_factored`` (a solve or the
-inverse from that factor), the log-determinant from the factor's diagonal, ``getrf``/``getrs``
-(LU with partial pivoting and its solves). A factor stays where the native call left it: every
-device keeps its ``[W, N]`` rows, the column-major storage of its block-cyclic tiles (``W``: the
-local width, plus the in-place relayout's room when it ran), as one ``[ndev * W, N]`` array
-sharded ``P(ax, None)``. On a process grid ``P(r, c)`` every process keeps its ``[Lc, Lr]``
-local array (the column-major storage of its 2D block-cyclic tiles), the whole sharded ``P(r,
-c)``. Nothing here is differentiable by itself: the derivative rules (:mod:`jaxmg._derivatives`)
-call these programs.
+``potrf`` (the Cholesky factor alone), ``potrs_factored``/``potri_factored`` (a solve or the inverse
+from that factor), the log-determinant from the factor's diagonal, ``getrf``/``getrs`` (LU with
+partial pivoting and its solves). A factor stays where the native call left it: every device keeps
+its ``[W, N]`` rows, the column-major storage of its block-cyclic tiles (``W``: the local width,
+plus the in-place relayout's room when it ran), as one ``[ndev * W, N]`` array sharded ``P(ax,
+None)``. On a process grid ``P(r, c)`` every process keeps its ``[Lc, Lr]`` local array (the
+column-major storage of its 2D block-cyclic tiles), the whole sharded ``P(r, c)``. Nothing here is
+differentiable by itself: the derivative rules (:mod:`jaxmg.programs.derivatives`) call these
+programs.
 
 Sharding forms. For ``A`` sharded by columns, ``P(None, ax)``, the local block is ``A[:, blk]``
 and step 2 is a local transpose. For ``A`` sharded by rows, ``P(ax, None)``, the local block
@@ -28,15 +29,16 @@ Hermitian): no transpose, and the solver works on ``conj(A)``. Solutions are con
 (a no-op for real dtypes). For ``A`` sharded over a process grid, ``P(r, c)`` (backend
 ``"mp"``), step 2 is a local transpose to column-major storage, and step 1 either is left to
 the engine (``relayout="native"``: ScaLAPACK's p?gemr2d) or is the 2D relayout in JAX
-(:class:`jaxmg._call.GridRoute`).
+(:class:`jaxmg.describe.call.GridRoute`).
 
 Failure. A matrix that is not positive definite (potrs, potri), or an eigensolver that fails to
 converge (syevd), is not an exception: the status is nonzero and every floating output is NaN.
 
-Engines. The native target of step 2 is one engine's wrapper (:func:`jaxmg._native.engine`):
-cuSolverMg or its LAPACK twin (``"mg"``), the distributed engine (``"mp"``), or, on a solver
-axis of one device, JAX's own dense solvers behind the same wrappers (``"jax"``,
-:mod:`jaxmg._dense`; the tile is then the whole matrix and steps 1 and 3 move nothing).
+Engines. The native target of step 2 is one engine's wrapper
+(:meth:`jaxmg.engines.base.Engine.routines`): cuSolverMg or its LAPACK twin (``"mg"``), the
+distributed engine (``"mp"``), or, on a solver axis of one device, JAX's own dense solvers
+behind the same wrappers (``"jax"``, :mod:`jaxmg.engines.dense`; the tile is then the whole
+matrix and steps 1 and 3 move nothing). What differs between them is asked of the engine.
 """
 
 from __future__ import annotations
@@ -50,8 +52,8 @@ from jax.sharding import PartitionSpec as P
 
 import jaxmg_layout
 
-from ._call import Call
-from ._local import (
+from ..describe.call import Call
+from .local import (
     _hermitian_from_lower,
     _hermitian_from_triangle,
     _placed,
@@ -265,10 +267,11 @@ def _lu_op(call: Call, trans: str) -> tuple[str, bool]:
 
 
 def _through_transposed_factor(call: Call) -> bool:
-    """Whether solves with ``S^T`` go through :func:`_transposed_lu`: on backend ``"mg"``,
-    whose engine solves only with its factor (cuSolverMg's ``getrs``, and its LAPACK twin
-    likewise). Backend ``"mp"`` on GPUs (cuSOLVERMp) refuses them instead."""
-    return not call.native().solves_transposed and call.geometry.backend == "mg"
+    """Whether solves with ``S^T`` go through :func:`_transposed_lu`: where the engine solves
+    only with its factor and builds ``S^T``'s (cuSolverMg's ``getrs``, and its LAPACK twin
+    likewise). An engine that does neither (cuSOLVERMp) refuses such solves itself."""
+    engine, platform = call.geometry.engine, call.geometry.platform
+    return not engine.solves_transposed(platform) and engine.transposes_factor
 
 
 def _global_of_local(call: Call, local, fill=0):

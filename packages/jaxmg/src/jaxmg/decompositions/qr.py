@@ -23,11 +23,13 @@ import numpy as np
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
-from . import _factors, _products
-from ._engine_rect import (
+from ..describe.sharding import _placed
+from ..solvers import factors
+from . import products
+from .engine_routines import (
     _qr_native,
 )
-from ._glue import (
+from .glue import (
     _engine,
     _engine_qr,
     _finite_status,
@@ -39,7 +41,6 @@ from ._glue import (
     _qr_tangents,
     _whole,
 )
-from ._local import _placed
 
 
 def _upper_factor(f, form):
@@ -59,7 +60,7 @@ def _gram(a, geometry):
     """``A^H A``, sharded like ``A``'s square matrices."""
     spec = geometry.spec
     if _like_a(geometry, a.shape) == spec:  # a ring product: no whole N x N per device
-        return _products.gram(a, a, geometry.mesh, spec)
+        return products.gram(a, a, geometry.mesh, spec)
     return _glue(geometry, spec, lambda a: _mm(_h(a), a), a)
 
 
@@ -71,7 +72,7 @@ def _cholesky_qr(a, geometry, shift, g=None):
     g = _gram(a, geometry) if g is None else g
     if shift is not None:
         g = _glue(geometry, spec, lambda g, s: g + s * jnp.eye(n, dtype=g.dtype), g, shift)
-    factor = _factors.cho_factor(
+    factor = factors.cho_factor(
         g, T_A=n // geometry.ndev, mesh=geometry.mesh, in_specs=spec, backend=_engine(geometry)
     )
     upper = functools.partial(_upper_factor, form=geometry.form)
@@ -80,11 +81,11 @@ def _cholesky_qr(a, geometry, shift, g=None):
 
 
 def _right_solve(x, r, geometry, lower=False):
-    """``X R^{-1}`` for a triangular ``R`` (upper, or ``lower``), both sharded like ``A``: a
-    blocked triangular solve (backward stable, as LAPACK's trsm) that moves one block at a
-    time (:func:`jaxmg._products.right_triangular_solve`); ``X`` comes back sharded like
+    """``X R^{-1}`` for a triangular ``R`` (upper, or ``lower``), both sharded like ``A``: a blocked
+    triangular solve (backward stable, as LAPACK's trsm) that moves one block at a time
+    (:func:`jaxmg.decompositions.products.right_triangular_solve`); ``X`` comes back sharded like
     ``A``."""
-    return _products.right_triangular_solve(x, r, geometry.mesh, geometry.spec, lower)
+    return products.right_triangular_solve(x, r, geometry.mesh, geometry.spec, lower)
 
 
 def _right_solve_linear(x, r, geometry):
@@ -123,7 +124,7 @@ def _steps(geometry, a, shifted, with_r, g=None):
         q, r_k, st = _cholesky_qr(q, geometry, s, g)
         g = None
         if with_r:
-            r = r_k if r is None else _products.times(r_k, r, geometry.mesh, geometry.spec)
+            r = r_k if r is None else products.times(r_k, r, geometry.mesh, geometry.spec)
         statuses.append(st)
     return q, r, _first_failed(statuses)
 
@@ -174,7 +175,7 @@ def _qr_program(geometry, a):
         return _steps(geometry, a, (True, True, False, False), with_r=True)
 
     def distance(q):
-        return _products.distance_from_orthonormal(q, geometry.mesh, geometry.spec)
+        return products.distance_from_orthonormal(q, geometry.mesh, geometry.spec)
 
     q, r, status, plain = _cholesky_qr2_or(geometry, a, shifted, with_r=True)
     # Dependent columns need not make a shifted factorisation fail (the shift keeps the first
@@ -217,7 +218,7 @@ def _qr_jvp(geometry, primals, tangents):
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))
 def _qr_call(geometry, mode, T_A, a):
     m, n = a.shape
-    if geometry.backend == "jax":
+    if geometry.engine.whole:
         a = _whole(a, geometry)
         q, r = _positive_diagonal(*jnp.linalg.qr(a))  # as the other paths give R
         q = _placed(q, geometry.mesh, _like_a(geometry, q.shape))

@@ -1,12 +1,12 @@
 """The public functions called inside a user's ``jax.shard_map``, on local blocks:
-``potrs_no_shardmap``, ``potri_no_shardmap``, ``syevd_no_shardmap`` and jaxmg 0.0.x's names
-for them (``*_shardmap_ctx``, blocks of rows).
+``potrs_no_shardmap``, ``potri_no_shardmap``, ``syevd_no_shardmap`` (jaxmg 0.0.x's names for
+them, ``*_shardmap_ctx``: :mod:`jaxmg.compat.shardmap_ctx`).
 
 Here too is the geometry of local blocks, where only the enclosing ``shard_map``'s abstract mesh
 is known (:func:`_from_abstract_mesh`, :func:`_grid_from_abstract_mesh`). Each function
-validates the local block and its arguments against that mesh
-(:func:`_local_statics`, with the checks of :mod:`jaxmg._call`) and runs the local body of its
-routine (:mod:`jaxmg._local`) right there, in the caller's ``shard_map``: no program of its own.
+validates the local block and its arguments against that mesh (:func:`_local_statics`, with
+the checks of :mod:`jaxmg.describe`) and runs the local body of its routine
+(:mod:`jaxmg.programs.local`) right there, in the caller's ``shard_map``: no program of its own.
 """
 
 from __future__ import annotations
@@ -15,15 +15,16 @@ from typing import Any, Literal
 
 import jax
 
-from . import _geometry, _native, _processes, _v1, _validate
-from ._call import describe, layout
-from ._local import (
+from .. import engines
+from ..describe import checks, sharding
+from ..describe.call import Geometry, describe, layout
+from ..describe.checks import Backend, Relayout, Result
+from ..programs.local import (
     _hermitian_blocks_from_lower,
     _potri_local,
     _potrs_local,
     _syevd_local,
 )
-from ._validate import Backend, Relayout, Result
 
 # --- inside a user's shard_map --------------------------------------------------------------------
 
@@ -46,9 +47,9 @@ def _enclosing_shard_map():
     return mesh, manual
 
 
-def _grid_from_abstract_mesh(axes, backend=None, caller: str = "jaxmg") -> _geometry.Geometry:
+def _grid_from_abstract_mesh(axes, backend=None, caller: str = "jaxmg") -> Geometry:
     """The geometry of local blocks of a matrix sharded ``P(r, c)`` over ``axes = (r, c)``,
-    inside a user's ``shard_map`` (backend ``"mp"`` only)."""
+    inside a user's ``shard_map``."""
     mesh, manual = _enclosing_shard_map()
     for name in axes:
         if name not in manual:
@@ -57,23 +58,20 @@ def _grid_from_abstract_mesh(axes, backend=None, caller: str = "jaxmg") -> _geom
                 f"enclosing shard_map (axes: {manual})."
             )
     row_axis, axis = axes
-    _geometry._refuse_grid_on_mg(backend, row_axis, axis, "the matrix", caller)
-    platform = _geometry._platform(mesh)
-    ndev = _geometry._mp_processes(mesh, (row_axis, axis), platform, caller)
-    unknown = (_geometry.UNKNOWN_DEVICE,) * ndev
-    return _geometry.Geometry(
-        mesh, axis, "grid", ndev, platform, unknown, backend="mp", row_axis=row_axis
+    platform = sharding.platform_of(mesh)
+    return engines.geometry(
+        mesh, axis, "grid", platform, backend, caller, row_axis=row_axis, what="the matrix"
     )
 
 
 def _from_abstract_mesh(
     axis_name: str | None,
-    form: _geometry.Form,
+    form: sharding.Form,
     fits,
     backend=None,
     caller: str = "jaxmg",
     cyclic: bool = False,
-) -> _geometry.Geometry:
+) -> Geometry:
     """The geometry inside a user's ``shard_map``, where only the abstract mesh is known.
 
     ``axis_name=None`` picks the one mesh axis whose size ``fits(size)`` says the local block
@@ -97,27 +95,17 @@ def _from_abstract_mesh(
             f"{manual}); the *_no_shardmap functions must be called inside jax.shard_map on "
             "local blocks."
         )
-    platform = _geometry._platform(mesh)
-    backend = _geometry.choose_backend(backend, mesh, axis_name, platform, cyclic=cyclic)
-    if backend == "jax":
-        return _geometry._dense_geometry(mesh, axis_name, form, platform)
-    if backend == "mp":
-        ndev = _geometry._mp_processes(mesh, (axis_name,), platform, caller)
-        unknown = (_geometry.UNKNOWN_DEVICE,) * ndev
-        return _geometry.Geometry(mesh, axis_name, form, ndev, platform, unknown, backend="mp")
-    device_ids, job, pids = _processes.abstract_participants(mesh, axis_name, platform)
-    _geometry.check_device_count(len(device_ids), platform, axis_name)
-    return _geometry.Geometry(
-        mesh, axis_name, form, len(device_ids), platform, device_ids, job, pids
-    )
+    platform = sharding.platform_of(mesh)
+    return engines.geometry(mesh, axis_name, form, platform, backend, caller, cyclic=cyclic)
 
 
 def _local_statics(
     a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, routine, caller, backend=None
 ):
-    """Validate a local block and the arguments; the :class:`jaxmg._call.Call` of the local
+    """Validate a local block and the arguments; the :class:`jaxmg.describe.call.Call` of the local
     bodies."""
-    backend = _validate.backend(backend, caller)
+    backend = engines.asked(backend, caller)
+    relayout = checks.relayout(relayout, caller)
     if sharded_by == "grid":
         return _grid_local_statics(
             a, T_A, cyclic_1d, axis_name, relayout, pad, routine, caller, backend
@@ -127,8 +115,8 @@ def _local_statics(
             f"{caller}: sharded_by must be 'cols', 'rows' or 'grid' (P(r, c), backend 'mp'), got "
             f"{sharded_by!r}."
         )
-    _validate.matrix_dtype(a, caller, argname="a")
-    T_A = _validate.tile_size(T_A, caller, cyclic_1d)
+    checks.matrix_dtype(a, caller, argname="a")
+    T_A = checks.tile_size(T_A, caller, cyclic_1d)
     dim = 1 if sharded_by == "cols" else 0
     n, width = int(a.shape[1 - dim]), int(a.shape[dim])
 
@@ -137,13 +125,12 @@ def _local_statics(
             return False
         if not cyclic_1d:
             return width * ndev == n
-        return _validate.plan(n, ndev, T_A, caller).local_width == width
+        return checks.plan(n, ndev, T_A, caller).local_width == width
 
     geometry = _from_abstract_mesh(
         axis_name, sharded_by, fits, backend, caller, cyclic=bool(cyclic_1d)
     )
-    if geometry.backend == "mp":
-        _native.load_mp(caller, geometry.platform)
+    geometry.engine.load(caller, geometry.platform)
     plan = layout(T_A, n, geometry, pad, routine, caller)
     expected = plan.local_width if cyclic_1d else plan.shard_size
     if width != expected:
@@ -153,7 +140,7 @@ def _local_statics(
             + (f" in the block-cyclic layout (width {expected})" if cyclic_1d else "")
             + f"; expected {expected} {geometry.form} per device."
         )
-    return describe(plan.T_A, n, cyclic_1d, relayout, geometry, caller)
+    return describe(plan.T_A, n, cyclic_1d, relayout, geometry, caller, plan)
 
 
 def _grid_local_statics(a, T_A, cyclic_1d, axis_name, relayout, pad, routine, caller, backend):
@@ -172,10 +159,10 @@ def _grid_local_statics(a, T_A, cyclic_1d, axis_name, relayout, pad, routine, ca
         raise ValueError(
             f"{caller}: cyclic_1d=True is a 1D layout; sharded_by='grid' takes blocks."
         )
-    _validate.matrix_dtype(a, caller, argname="a")
-    T_A = _validate.tile_size(T_A, caller)
+    checks.matrix_dtype(a, caller, argname="a")
+    T_A = checks.tile_size(T_A, caller)
     geometry = _grid_from_abstract_mesh(tuple(axis_name), backend, caller)
-    _native.load_mp(caller, geometry.platform)
+    geometry.engine.load(caller, geometry.platform)
     rows, cols = geometry.grid
     n = int(a.shape[0]) * rows
     if a.ndim != 2 or a.shape[1] * cols != n:
@@ -189,14 +176,14 @@ def _grid_local_statics(a, T_A, cyclic_1d, axis_name, relayout, pad, routine, ca
             "transposes of blocks below it, so potri_no_shardmap takes square grids only; call "
             "jaxmg.potri on the global array instead."
         )
-    tile = _validate.grid_plan(n, geometry.grid, T_A, pad, caller).tile
-    return describe(tile, n, False, relayout, geometry, caller)
+    plan = checks.grid_plan(n, geometry.grid, T_A, pad, caller)
+    return describe(plan.tile, n, False, relayout, geometry, caller, plan)
 
 
 def _potrs_blocks(a, b, call):
     """potrs on local blocks: ``b`` (``[N]`` or ``[N, nrhs]``) checked, ``x`` in its shape."""
-    dtype = _validate.matrix_dtype(a, call.caller, "a")
-    b_shape = _validate.rhs_shape(b, call.n, dtype, call.caller)
+    dtype = checks.matrix_dtype(a, call.caller, "a")
+    b_shape = checks.rhs_shape(b, call.n, dtype, call.caller)
     x, status = _potrs_local(call, a, b.reshape(call.n, -1))
     return x.reshape(b_shape), status
 
@@ -232,7 +219,7 @@ def potrs_no_shardmap(
       (0 or ``k > 0``, as in :func:`potrs`). Always returns the status.
     """
     caller = "jaxmg.potrs_no_shardmap"
-    _validate.keyword_only(caller, positional, "cyclic_1d (the original README's jaxmg)")
+    checks.keyword_only(caller, positional, "cyclic_1d (the original README's jaxmg)")
     call = _local_statics(
         a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, "potrs", caller, backend
     )
@@ -257,7 +244,7 @@ def potri_no_shardmap(
     :func:`potrs_no_shardmap`; ``sharded_by="grid"`` takes square grids only.
     """
     caller = "jaxmg.potri_no_shardmap"
-    _validate.keyword_only(caller, positional, "cyclic_1d (the original README's jaxmg)")
+    checks.keyword_only(caller, positional, "cyclic_1d (the original README's jaxmg)")
     call = _local_statics(
         a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, "potri", caller, backend
     )
@@ -287,103 +274,8 @@ def syevd_no_shardmap(
     is lowered to 1024 with a ``UserWarning``.
     """
     caller = "jaxmg.syevd_no_shardmap"
-    _validate.keyword_only(
-        caller, positional, "return_eigenvectors, e.g. return_eigenvectors=False"
-    )
+    checks.keyword_only(caller, positional, "return_eigenvectors, e.g. return_eigenvectors=False")
     call = _local_statics(
         a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, "syevd", caller, backend
     )
     return _syevd_local(call, a, bool(return_eigenvectors))
-
-
-# --- jaxmg 0.0.x's names for the functions inside shard_map ---------------------------------------
-
-
-def potrs_shardmap_ctx(
-    a: jax.Array,
-    b: jax.Array,
-    T_A: int | None = None,
-    *args: Any,
-    **kwargs: Any,
-) -> Result:
-    """Two functions of one name, told apart by where they are called:
-
-    - inside a ``jax.shard_map`` (jaxmg 0.0.x): ``potrs_shardmap_ctx(a, b, T_A=None, pad=True,
-      *, axis_name=None, relayout="native", backend=None)``, :func:`potrs_no_shardmap` on
-      ``a``, this device's block of rows ``[N/ndev, N]`` (``P(ax, None)``); returns ``(x,
-      status)``. ``axis_name`` (not in 0.0.x): default the one axis of the enclosing
-      ``shard_map`` whose size fits the block.
-    - on global arrays (jaxmg 1.x, as NetKet 3.23 calls it): ``potrs_shardmap_ctx(a, b,
-      T_A=None, mesh=None, matrix_specs=None, *, in_specs=None, return_logdet=False, pad=True,
-      backend=None)``, :func:`jaxmg.potrs` keeping ``a`` and ``b``; returns ``(a_work, x,
-      status)`` or ``(a_work, x, logdet, status)``, ``a_work`` being ``a`` and the status
-      1.x's vector (docs/migration.md, ``return_status``).
-
-    Neither form runs where the other belongs, so no call that works changes meaning.
-    """
-    if not in_shard_map():
-        return _v1.potrs_global(a, b, T_A, *args, **kwargs)
-    return _potrs_rows(a, b, T_A, *args, **kwargs)
-
-
-def _potrs_rows(a, b, T_A=None, pad=True, *, axis_name=None, relayout="native", backend=None):
-    caller = "jaxmg.potrs_shardmap_ctx"
-    call = _local_statics(a, T_A, False, axis_name, "rows", relayout, pad, "potrs", caller, backend)
-    return _potrs_blocks(a, b, call)
-
-
-def potri_shardmap_ctx(
-    a: jax.Array,
-    T_A: int | None = None,
-    pad: bool = True,
-    *,
-    axis_name: str | tuple[str, str] | None = None,
-    relayout: Relayout = "native",
-    backend: Backend = None,
-) -> Result:
-    """jaxmg 0.0.x's :func:`potri_no_shardmap` on a block of rows ``[N/ndev, N]``: returns
-    ``(inverse_rows, status)``, this device's rows of the full Hermitian inverse (0.0.x
-    returned only the upper triangle, for :func:`potri_symmetrize`, which leaves this
-    unchanged)."""
-    caller = "jaxmg.potri_shardmap_ctx"
-    call = _local_statics(a, T_A, False, axis_name, "rows", relayout, pad, "potri", caller, backend)
-    return _potri_local(call, a)
-
-
-def syevd_shardmap_ctx(
-    a: jax.Array,
-    T_A: int | None = None,
-    *args: Any,
-    **kwargs: Any,
-) -> Result:
-    """Two functions of one name, told apart by where they are called:
-
-    - inside a ``jax.shard_map`` (jaxmg 0.0.x): ``syevd_shardmap_ctx(a, T_A=None,
-      return_eigenvectors=True, pad=True, *, axis_name=None, relayout="native",
-      backend=None)``, :func:`syevd_no_shardmap` on a block of rows ``[N/ndev, N]``; returns
-      ``(w, v_columns, status)``, or ``(w, status)`` without eigenvectors. As in 0.0.x,
-      ``v_columns`` is this device's block of columns of ``V``, ``[N, N/ndev]`` (``V[:, blk]``,
-      for ``out_specs=P(None, ax)``), which here costs no communication.
-    - on global arrays (jaxmg 1.x, as NetKet 3.23 calls it): ``syevd_shardmap_ctx(a, T_A=None,
-      mesh=None, matrix_specs=None, *, in_specs=None, return_eigenvectors=True, pad=True,
-      backend=None)``, :func:`jaxmg.syevd` keeping ``a``; returns ``(a_work, w, V, status)``
-      or ``(a_work, w, status)``, ``a_work`` being ``a`` and the status 1.x's vector.
-    """
-    if not in_shard_map():
-        return _v1.syevd_global(a, T_A, *args, **kwargs)
-    return _syevd_rows(a, T_A, *args, **kwargs)
-
-
-def _syevd_rows(
-    a,
-    T_A=None,
-    return_eigenvectors=True,
-    pad=True,
-    *,
-    axis_name=None,
-    relayout="native",
-    backend=None,
-):
-    caller = "jaxmg.syevd_shardmap_ctx"
-    call = _local_statics(a, T_A, False, axis_name, "rows", relayout, pad, "syevd", caller, backend)
-    return _syevd_local(call, a, bool(return_eigenvectors), v_columns=True)

@@ -1,20 +1,19 @@
 """The polar decomposition of a sharded matrix by QDWH, and the SVD from it.
 
-QDWH (Nakatsukasa, Bai, Gygi 2010) takes ``X_0 = A / ||A||_F`` to the unitary polar factor
-``U`` of ``A = U H`` with the dynamically weighted Halley iteration
-``X <- X (a I + b X^H X) (I + c X^H X)^{-1}``, whose weights ``a, b, c`` follow from a lower
-bound ``l`` of ``X``'s smallest singular value. They depend on ``l`` alone, so the whole
-sequence is fixed before the program runs: from ``l_0 = ε`` (the matrix's condition number is
-not known; every singular value above ``ε ||A||_F`` converges) about six iterations reach
-``l = 1`` in float64. While ``c > 100`` an iteration is the QR-based one, which is stable at any
-condition number: ``[sqrt(c) X; I] = [Q_1; Q_2] R`` and ``X <- (b / c) X + (a - b / c) / sqrt(c)
-Q_1 Q_2^H``; after, the Cholesky-based one, ``X <- (b / c) X + (a - b / c) X (I + c X^H
-X)^{-1}``, which is stable there (Nakatsukasa, Higham 2013). Everything is sharded like ``A``:
-the QR is :mod:`jaxmg._qr`'s CholeskyQR2, or shifted CholeskyQR3 where that is not enough, of
-the stacked matrix (each device stacks its own rows of ``X`` and of ``I``: a row permutation,
-which changes neither ``R`` nor ``Q_1 Q_2^H``; its first Gram matrix is ``c X^H X + I``, made
-from ``X``); the inverse is ``potri``'s; the products and triangular solves are the ring ones
-of :mod:`jaxmg._products`.
+QDWH (Nakatsukasa, Bai, Gygi 2010) takes ``X_0 = A / ||A||_F`` to the unitary polar factor ``U`` of
+``A = U H`` with the dynamically weighted Halley iteration ``X <- X (a I + b X^H X) (I + c X^H
+X)^{-1}``, whose weights ``a, b, c`` follow from a lower bound ``l`` of ``X``'s smallest singular
+value. They depend on ``l`` alone, so the whole sequence is fixed before the program runs: from
+``l_0 = ε`` (the matrix's condition number is not known; every singular value above ``ε ||A||_F``
+converges) about six iterations reach ``l = 1`` in float64. While ``c > 100`` an iteration is the
+QR-based one, which is stable at any condition number: ``[sqrt(c) X; I] = [Q_1; Q_2] R`` and ``X <-
+(b / c) X + (a - b / c) / sqrt(c) Q_1 Q_2^H``; after, the Cholesky-based one, ``X <- (b / c) X + (a
+- b / c) X (I + c X^H X)^{-1}``, which is stable there (Nakatsukasa, Higham 2013). Everything is
+sharded like ``A``: the QR is :mod:`jaxmg.decompositions.qr`'s CholeskyQR2, or shifted CholeskyQR3
+where that is not enough, of the stacked matrix (each device stacks its own rows of ``X`` and of
+``I``: a row permutation, which changes neither ``R`` nor ``Q_1 Q_2^H``; its first Gram matrix is
+``c X^H X + I``, made from ``X``); the inverse is ``potri``'s; the products and triangular solves
+are the ring ones of :mod:`jaxmg.decompositions.products`.
 
 The SVD is then ``H = V diag(s) V^H`` by ``syevd`` (``N x N``, Hermitian) and ``A = (U V)
 diag(s) V^H``, as JAX's own TPU ``svd`` does on one device (``jax/_src/tpu/linalg/svd.py``): an
@@ -24,7 +23,7 @@ eigenvalues, so they carry ``syevd``'s absolute error, ``O(ε ||A||)``.
 
 Taken by ``svd`` (``full_matrices=False``), ``polar`` and ``lstsq`` for ``M >= N`` with ``N``
 divisible by the devices (:func:`applies`); other shapes keep the Jordan-Wielandt route of
-:mod:`jaxmg._svd`.
+:mod:`jaxmg.decompositions.svd`.
 """
 
 from __future__ import annotations
@@ -37,9 +36,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import _api, _factors, _products
-from ._glue import _engine, _engine_inverts, _glue, _h
-from ._qr import _frobenius2, _upper_factor, orthonormal_factor
+from ..solvers import factors, hermitian
+from . import products
+from .glue import _engine, _engine_inverts, _glue, _h
+from .qr import _frobenius2, _upper_factor, orthonormal_factor
 
 #: Iterations with ``c`` above this are QR-based (Nakatsukasa, Higham 2013's threshold).
 _QR_ABOVE = 100.0
@@ -99,7 +99,7 @@ def _adjoint(geometry, x):
 def _shifted_gram(geometry, x, c):
     """``I + c X^H X``, sharded like ``A`` (a ring product)."""
     n = x.shape[1]
-    g = _products.gram(x, x, geometry.mesh, geometry.spec)
+    g = products.gram(x, x, geometry.mesh, geometry.spec)
     return _glue(geometry, geometry.spec, lambda g: c * g + jnp.eye(n, dtype=g.dtype), g)
 
 
@@ -125,7 +125,7 @@ def _qr_step(geometry, x, a, b, c):
 
     q1 = _map(geometry, lambda q: q[:split], q)
     q2 = _map(geometry, lambda q: q[split:], q)
-    update = _products.times(q1, _adjoint(geometry, q2), geometry.mesh, geometry.spec)
+    update = products.times(q1, _adjoint(geometry, q2), geometry.mesh, geometry.spec)
     x = _glue(
         geometry, geometry.spec, lambda x, u: (b / c) * x + ((a - b / c) / root) * u, x, update
     )
@@ -143,14 +143,14 @@ def _cholesky_step(geometry, x, a, b, c, inverse=None):
     z = _shifted_gram(geometry, x, c)
     options = dict(T_A=n // geometry.ndev, mesh=mesh, in_specs=spec, backend=_engine(geometry))
     if _engine_inverts(geometry) if inverse is None else inverse:
-        z_inv, status = _api.potri(z, return_status=True, **options)
-        y = _products.times(x, z_inv, mesh, spec)
+        z_inv, status = hermitian.potri(z, return_status=True, **options)
+        y = products.times(x, z_inv, mesh, spec)
     else:
-        factor = _factors.cho_factor(z, **options)
+        factor = factors.cho_factor(z, **options)
         upper = functools.partial(_upper_factor, form=geometry.form)
         w = _glue(geometry, spec, upper, factor.factor)
-        y = _products.right_triangular_solve(x, w, mesh, spec)
-        y = _products.right_triangular_solve(y, _adjoint(geometry, w), mesh, spec, lower=True)
+        y = products.right_triangular_solve(x, w, mesh, spec)
+        y = products.right_triangular_solve(y, _adjoint(geometry, w), mesh, spec, lower=True)
         status = factor.status
     x = _glue(geometry, spec, lambda x, y: (b / c) * x + (a - b / c) * y, x, y)
     return x, status
@@ -188,7 +188,7 @@ def polar(geometry, a):
     """``(U_p, H, status)``: the polar factors of ``a`` (:func:`applies`), ``H = U_p^H A`` made
     Hermitian, both sharded like ``a``."""
     u_p, status = polar_unitary(geometry, a)
-    h = _products.gram(u_p, a, geometry.mesh, geometry.spec)
+    h = products.gram(u_p, a, geometry.mesh, geometry.spec)
     return u_p, _glue(geometry, geometry.spec, lambda h: (h + _h(h)) / 2, h), status
 
 
@@ -198,12 +198,12 @@ def polar_and_svd(geometry, T_A, a):
     from ``H``'s eigenpairs (``s`` descending)."""
     spec = geometry.spec
     u_p, h, status = polar(geometry, a)
-    w, v, st = _api.syevd(
+    w, v, st = hermitian.syevd(
         h, T_A=T_A, mesh=geometry.mesh, in_specs=spec, return_status=True, backend=_engine(geometry)
     )
     status = jnp.where(status == 0, st, status)
     s = jnp.maximum(w[::-1], 0)
     v = _glue(geometry, spec, lambda v: v[:, ::-1], v)
-    u = _products.times(u_p, v, geometry.mesh, spec)
+    u = products.times(u_p, v, geometry.mesh, spec)
     vh = _adjoint(geometry, v)
     return u_p, h, u, s, vh, status

@@ -1,6 +1,6 @@
 """Every derivative: the rules (``jax.custom_jvp``), the jitted calls that run them, and the
 factor objects (:class:`CholeskyFactor`, :class:`LUFactor`) that carry a factor and its ``A``
-to them (the programs they run: :mod:`jaxmg._programs`).
+to them (the programs they run: :mod:`jaxmg.programs.routines`).
 
 Derivatives (``jax.custom_jvp``, so ``jvp``, ``grad``, ``vjp`` and their compositions all work).
 A solve ``x = A^-1 b`` is a ``lax.custom_linear_solve`` whose ``solve`` and ``transpose_solve``
@@ -34,9 +34,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from ._call import Call
-from ._local import _explicit
-from ._programs import (
+from ..describe.call import Call
+from ..describe.sharding import _explicit
+from .routines import (
     _cho_inverse_program,
     _cho_logdet_program,
     _cho_solve_program,

@@ -22,7 +22,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 import jaxmg_layout
 
-from . import _validate
+from ..describe import checks
 
 __all__ = ["cyclic_1d", "manual_cyclic_1d_layout", "plot_block_to_cyclic", "verify_cyclic"]
 
@@ -102,7 +102,7 @@ def cyclic_1d(
     _, ndev = _sharded_axis(sharding, caller)
     if getattr(a, "ndim", None) != 2 or a.shape[0] != a.shape[1]:
         raise ValueError(f"{caller}: a must be a square matrix, got shape {np.shape(a)}.")
-    _validate.unpadded(pad, jaxmg_layout.CyclicPlan.make(a.shape[0], ndev, T_A), caller)
+    checks.unpadded(pad, jaxmg_layout.CyclicPlan.make(a.shape[0], ndev, T_A), caller)
     if not isinstance(a, jax.core.Tracer):
         a = jax.device_put(a, sharding)
     return jaxmg_layout.cyclic_1d_layout(a, T_A, sharding=sharding)

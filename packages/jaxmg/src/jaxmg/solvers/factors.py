@@ -1,9 +1,10 @@
 """The public functions of a factor computed once and reused: cho_factor/cho_solve and
 lu_factor/lu_solve (``lu_solve`` also factors a matrix it is given, as jaxmg 1.x's does).
 
-Each checks its arguments as :mod:`jaxmg._api`'s functions do (:func:`jaxmg._api._prepare`),
-and returns or takes a :class:`jaxmg.CholeskyFactor` / :class:`jaxmg.LUFactor`, whose solves
-and derivatives reuse the factor (:mod:`jaxmg._derivatives`).
+Each checks its arguments as :mod:`jaxmg.solvers.hermitian`'s functions do
+(:func:`jaxmg.solvers.hermitian._prepare`), and returns or takes a :class:`jaxmg.CholeskyFactor` /
+:class:`jaxmg.LUFactor`, whose solves and derivatives reuse the factor
+(:mod:`jaxmg.programs.derivatives`).
 """
 
 from __future__ import annotations
@@ -12,12 +13,15 @@ from typing import Any
 
 import jax
 
-from . import _v1_status, _validate
-from ._api import _consume, _donating, _getrf_donated, _potrf_donated, _prepare
-from ._derivatives import CholeskyFactor, LUFactor, _cho_solve_call, _lu_solve_call
-from ._local import _placed
-from ._programs import _getrf_program, _potrf_program, _status
-from ._validate import AnyMesh, Backend, Relayout, Specs
+from ..describe import checks, v1_status
+from ..describe.checks import AnyMesh, Backend, Relayout, Specs
+from ..describe.sharding import _placed
+from ..programs.derivatives import CholeskyFactor, LUFactor, _cho_solve_call, _lu_solve_call
+from ..programs.routines import _getrf_program, _potrf_program, _status
+from .hermitian import _consume, _donating, _getrf_donated, _potrf_donated, _prepare
+
+#: What the first positional argument after ``in_specs`` of a factorisation meant before.
+_FACTOR_WAS = "cyclic_1d, pad or relayout, e.g. relayout='jax'"
 
 
 def cho_factor(
@@ -48,8 +52,7 @@ def cho_factor(
       with respect to ``A`` flow through every solve and ``logdet`` made from it.
     """
     caller = "jaxmg.cho_factor"
-    _validate.keyword_only(caller, positional, "cyclic_1d, pad or relayout, e.g. relayout='jax'")
-    (spec_a,) = _validate.in_specs(in_specs, caller, ("A",))
+    (spec_a,), _ = checks.arguments(caller, positional, _FACTOR_WAS, in_specs, None, ("A",))
     call, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, caller, "potrs", backend)
     a = _placed(A, call.geometry.mesh, call.geometry.spec)
     if _donating(donate, caller, A):
@@ -62,7 +65,7 @@ def cho_factor(
 
 def _solve_shape(factor, b, caller):
     call = factor._call
-    return _validate.rhs_shape(b, call.n, factor.factor.dtype, caller)
+    return checks.rhs_shape(b, call.n, factor.factor.dtype, caller)
 
 
 def cho_solve(
@@ -84,7 +87,7 @@ def cho_solve(
       ``A``: the derivative costs one more solve with the same factor.
     """
     caller = "jaxmg.cho_solve"
-    _validate.keyword_only(caller, positional, "return_status, e.g. return_status=True")
+    checks.keyword_only(caller, positional, "return_status, e.g. return_status=True")
     if not isinstance(factor, CholeskyFactor):
         raise TypeError(
             f"{caller}: factor must be the CholeskyFactor of jaxmg.cho_factor(A), got "
@@ -125,8 +128,7 @@ def lu_factor(
       An :class:`LUFactor` for :func:`jaxmg.lu_solve`.
     """
     caller = "jaxmg.lu_factor"
-    _validate.keyword_only(caller, positional, "cyclic_1d, pad or relayout, e.g. relayout='jax'")
-    (spec_a,) = _validate.in_specs(in_specs, caller, ("A",))
+    (spec_a,), _ = checks.arguments(caller, positional, _FACTOR_WAS, in_specs, None, ("A",))
     call, _ = _prepare(A, T_A, mesh, spec_a, cyclic_1d, relayout, pad, caller, "getrf", backend)
     a = _placed(A, call.geometry.mesh, call.geometry.spec)
     if _donating(donate, caller, A):
@@ -183,14 +185,15 @@ def lu_solve(
       Differentiable in ``A`` and ``b``; the derivative reuses the factor.
     """
     caller = "jaxmg.lu_solve"
-    _validate.keyword_only(caller, positional, "trans or return_status, e.g. return_status=True")
-    in_specs, v1 = _validate.matrix_specs(in_specs, matrix_specs, caller)
+    was = "trans or return_status, e.g. return_status=True"
+    specs, v1 = checks.arguments(caller, positional, was, in_specs, matrix_specs, ("A", "b"))
     options = dict(cyclic_1d=cyclic_1d, pad=pad, relayout=relayout, backend=backend)
-    return _lu_solve(A, b, T_A, mesh, in_specs, caller, v1, trans, return_status, donate, **options)
+    return _lu_solve(A, b, T_A, mesh, specs, caller, v1, trans, return_status, donate, **options)
 
 
-def _lu_solve(A, b, T_A, mesh, in_specs, caller, v1, trans, return_status, donate, **options):
-    """:func:`lu_solve` for the caller ``caller``, its status in 1.x's form when ``v1``."""
+def _lu_solve(A, b, T_A, mesh, specs, caller, v1, trans, return_status, donate, **options):
+    """:func:`lu_solve` for the caller ``caller`` (``specs``: checked, one per array), its
+    status in 1.x's form when ``v1``."""
     if trans not in _TRANS:
         raise ValueError(f"{caller}: trans must be 0, 1, 2, 'N', 'T' or 'C', got {trans!r}.")
     if isinstance(A, LUFactor):
@@ -201,8 +204,7 @@ def _lu_solve(A, b, T_A, mesh, in_specs, caller, v1, trans, return_status, donat
             )
         factor = A
     else:
-        spec_a = _validate.in_specs(in_specs, caller, ("A", "b"))[0]
-        factor = lu_factor(A, T_A, mesh, spec_a, donate=donate, **options)
+        factor = lu_factor(A, T_A, mesh, specs[0], donate=donate, **options)
     shape = _solve_shape(factor, b, caller)
     call = factor._call
     x = _lu_solve_call(call, _TRANS[trans], shape, factor.factor, factor.pivots, factor.matrix, b)
@@ -212,7 +214,7 @@ def _lu_solve(A, b, T_A, mesh, in_specs, caller, v1, trans, return_status, donat
     if v1:
         nrhs = 1 if len(shape) == 1 else shape[1]
         dims = (call.n, call.n)
-        status = _v1_status.vector(
+        status = v1_status.vector(
             "lu_solve", status, call.geometry, shape=dims, tile=call.T_A, nrhs=nrhs
         )
     return x, status

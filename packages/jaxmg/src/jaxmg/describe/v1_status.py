@@ -18,7 +18,7 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
-from ._geometry import Geometry
+from .call import Geometry
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,16 +1,16 @@
 """Backend ``"mp"``'s own rectangular routines (``jaxmg_cuda.mp``).
 
-On CPUs, ScaLAPACK's: ``p?gesvd`` for ``svd`` (``full_matrices=False``), ``polar`` and
-``lstsq``; ``p?geqrf`` + ``p?orgqr`` (``p?ungqr``) for ``qr``, with JAX's rule on the first
-``K`` columns for its derivatives; ``p?gels`` as :func:`gels`. Each process's block of ``A``
-goes to the engine as it is (the 1D forms and a process grid ``P(r, c)``). On GPUs,
-cuSOLVERMp's Geqrf + Orgqr for ``qr`` and Gels for :func:`gels` and ``least_squares`` (``M >=
-N``), on ``A`` relaid out in JAX into the engine's tiles first (cuSOLVERMp has no p?gemr2d);
-``svd``, ``polar`` and ``lstsq`` run the compositions of :mod:`jaxmg._svd` there. ``U``,
-``Vh``, ``Q`` and ``R`` come back sharded like ``A`` (whole where the device counts do not divide
-them, as :func:`_like_a` says): on CPUs ScaLAPACK's p?gemr2d takes them from its tiles into JAX's
-blocks, on GPUs the engine returns each process's local array of tiles and JAX relayouts it back
-(:func:`_from_tiles`). ``gels``'s ``x`` comes back whole on every process.
+On CPUs, ScaLAPACK's: ``p?gesvd`` for ``svd`` (``full_matrices=False``), ``polar`` and ``lstsq``;
+``p?geqrf`` + ``p?orgqr`` (``p?ungqr``) for ``qr``, with JAX's rule on the first ``K`` columns for
+its derivatives; ``p?gels`` as :func:`gels`. Each process's block of ``A`` goes to the engine as it
+is (the 1D forms and a process grid ``P(r, c)``). On GPUs, cuSOLVERMp's Geqrf + Orgqr for ``qr`` and
+Gels for :func:`gels` and ``least_squares`` (``M >= N``), on ``A`` relaid out in JAX into the
+engine's tiles first (cuSOLVERMp has no p?gemr2d); ``svd``, ``polar`` and ``lstsq`` run the
+compositions of :mod:`jaxmg.decompositions.svd` there. ``U``, ``Vh``, ``Q`` and ``R`` come back
+sharded like ``A`` (whole where the device counts do not divide them, as :func:`_like_a` says): on
+CPUs ScaLAPACK's p?gemr2d takes them from its tiles into JAX's blocks, on GPUs the engine returns
+each process's local array of tiles and JAX relayouts it back (:func:`_from_tiles`). ``gels``'s
+``x`` comes back whole on every process.
 """
 
 from __future__ import annotations
@@ -26,8 +26,10 @@ from jax.sharding import PartitionSpec as P
 import jaxmg_cuda.mp
 import jaxmg_layout
 
-from . import _validate
-from ._glue import (
+from ..describe import checks
+from ..describe.checks import AnyMesh, Result, Specs
+from ..describe.sharding import _placed
+from .glue import (
     _REPLICATED,
     _engine_qr,
     _glue,
@@ -38,8 +40,6 @@ from ._glue import (
     _qr_tangents,
     _where,
 )
-from ._local import _placed
-from ._validate import AnyMesh, Result, Specs
 
 
 def _mp_tile(geometry, T_A, shape):
@@ -203,7 +203,7 @@ def gels(
     Returns ``x`` (``[N]`` or ``[N, K]``, replicated), and the status. No derivatives.
     """
     caller = "jaxmg.gels"
-    _validate.keyword_only(caller, positional, "T_A or return_status, e.g. return_status=True")
+    checks.keyword_only(caller, positional, "T_A or return_status, e.g. return_status=True")
     geometry, dtype = _where(A, mesh, in_specs, "mp", caller, _engine_qr)
     m, n = A.shape
     if geometry.platform == "gpu" and m < n:
@@ -211,8 +211,8 @@ def gels(
             f"{caller}: A has shape {(m, n)}; cuSOLVERMp's Gels runs here for M >= N (least "
             "squares). For the minimum-norm solution of a wide A call jaxmg.lstsq."
         )
-    b_shape = _validate.rhs_shape(b, m, dtype, caller)
-    T_A = _validate.tile_size(T_A, caller)
+    b_shape = checks.rhs_shape(b, m, dtype, caller)
+    T_A = checks.tile_size(T_A, caller)
     a = _placed(A, geometry.mesh, geometry.spec)
     b2 = _placed(jnp.reshape(b, (m, -1)), geometry.mesh, _REPLICATED)
     x, status = _gels_call(geometry, _mp_tile(geometry, T_A, (m, n)), a, b2)

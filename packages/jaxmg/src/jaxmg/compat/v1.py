@@ -6,8 +6,8 @@ jaxmg 1.x (cuSOLVERMp) shapes every routine as ``f(a, [b,] T_A, mesh=None, matri
 ``*_shardmap_ctx`` twin: the same call on global arrays, never donating, that returns 1.x's
 work buffer first (``potrs``, ``syevd``, ``lu_solve``, ``gesvd``, ``least_squares``) and its
 status always. Here they run on jaxmg's engines through the public functions of
-:mod:`jaxmg._api` and :mod:`jaxmg._decompositions`, with the status in 1.x's form
-(:mod:`jaxmg._v1_status`). jaxmg's engines keep their work buffers inside the call, so the
+:mod:`jaxmg.solvers.hermitian` and :mod:`jaxmg.decompositions.api`, with the status in 1.x's form
+(:mod:`jaxmg.describe.v1_status`). jaxmg's engines keep their work buffers inside the call, so the
 ``a_work`` they return is ``A`` itself, unchanged (no copy: a program that keeps it in its
 ``jit``'s outputs, as 1.x asks for donation, gets ``A``'s buffer back).
 
@@ -26,13 +26,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from . import _api, _factors, _v1_status, _validate
-from ._decompositions import _give_up, _polar_of, _qr_of, _svd_of, _v1_options
-from ._engine_rect import _gels_call, _mp_tile
-from ._glue import _engine_qr, _where
-from ._local import _placed
-from ._svd import _lstsq_call
-from ._validate import AnyMesh, Backend, Result, Specs
+from ..decompositions.api import _give_up, _polar_of, _qr_of, _svd_of, _v1_options
+from ..decompositions.engine_routines import _gels_call, _mp_tile
+from ..decompositions.glue import _engine_qr, _where
+from ..decompositions.svd import _lstsq_call
+from ..describe import checks, v1_status
+from ..describe.checks import AnyMesh, Backend, Result, Specs
+from ..describe.sharding import _placed
+from ..solvers import factors, hermitian
 
 
 def gesvd(
@@ -68,17 +69,17 @@ def gesvd(
       NumPy's order: ``(U, s, Vh)``, ``(U, s)``, ``(s, Vh)`` or ``s``; the status last.
     """
     caller = "jaxmg.gesvd"
-    _validate.keyword_only(caller, positional, "compute_u (jaxmg 1.x), e.g. compute_u=False")
+    checks.keyword_only(caller, positional, "compute_u (jaxmg 1.x), e.g. compute_u=False")
     T_A, in_specs, _ = _v1_options(caller, T_A, pad, donate, in_specs, matrix_specs)
-    compute_u = _validate.flag(compute_u, "compute_u", caller)
-    compute_vh = _validate.flag(compute_vh, "compute_vh", caller)
-    full = _validate.flag(full_matrices, "full_matrices", caller)
+    compute_u = checks.flag(compute_u, "compute_u", caller)
+    compute_vh = checks.flag(compute_vh, "compute_vh", caller)
+    full = checks.flag(full_matrices, "full_matrices", caller)
     vectors = compute_u or compute_vh
     u, s, vh, status, geometry = _svd_of(A, full, vectors, T_A, mesh, in_specs, backend, caller)
     _give_up(donate, A)
     out = ((u,) if compute_u else ()) + (s,) + ((vh,) if compute_vh else ())
     if return_status:
-        out += (_v1_status.vector("gesvd", status, geometry, shape=A.shape, tile=T_A or 0),)
+        out += (v1_status.vector("gesvd", status, geometry, shape=A.shape, tile=T_A or 0),)
     return out if len(out) > 1 else out[0]
 
 
@@ -116,7 +117,7 @@ def least_squares(
     large, inaccurate one.
     """
     caller = "jaxmg.least_squares"
-    _validate.keyword_only(caller, positional, "return_status (jaxmg 1.x), e.g. return_status=True")
+    checks.keyword_only(caller, positional, "return_status (jaxmg 1.x), e.g. return_status=True")
     T_A, in_specs, _ = _v1_options(caller, T_A, pad, donate, in_specs, matrix_specs)
     x, status = _least_squares(A, b, T_A, mesh, in_specs, backend, caller)
     _give_up(donate, A, b)
@@ -132,7 +133,7 @@ def _least_squares(A, b, T_A, mesh, in_specs, backend, caller):
             f"{caller}: A has shape {(m, n)}; least_squares (as jaxmg 1.x's) takes M >= N. For the "
             "minimum-norm solution of a wide A call jaxmg.lstsq."
         )
-    b_shape = _validate.rhs_shape(b, m, dtype, caller)
+    b_shape = checks.rhs_shape(b, m, dtype, caller)
     a = _placed(A, geometry.mesh, geometry.spec)
     b2 = _placed(jnp.reshape(b, (m, -1)), geometry.mesh, P(None, None))
     if _engine_qr(geometry):
@@ -143,25 +144,27 @@ def _least_squares(A, b, T_A, mesh, in_specs, backend, caller):
     x = x[:, 0] if len(b_shape) == 1 else x
     k = 1 if len(b_shape) == 1 else b_shape[1]
     tile = T_A or 0
-    return x, _v1_status.vector("least_squares", info, geometry, shape=(m, n), tile=tile, nrhs=k)
+    return x, v1_status.vector("least_squares", info, geometry, shape=(m, n), tile=tile, nrhs=k)
 
 
 # --- the *_shardmap_ctx functions on global arrays ------------------------------------------------
 
 
-def _global_call(caller, mesh, in_specs, matrix_specs, positional, pad):
-    """The checks of a ``*_shardmap_ctx`` call on global arrays (jaxmg 1.x's form): its
-    ``in_specs``. Outside ``shard_map`` the fourth argument is 1.x's ``mesh``; a bool there is
-    jaxmg 0.0.x's ``pad``, which only calls inside ``shard_map`` take."""
-    _validate.keyword_only(caller, positional, "in_specs or pad (jaxmg 1.x), e.g. pad=False")
+def _global_call(caller, mesh, in_specs, matrix_specs, positional, pad, arrays=None):
+    """The checks of a ``*_shardmap_ctx`` call on global arrays (jaxmg 1.x's form): its specs,
+    one per array named in ``arrays`` (as given without ``arrays``). Outside ``shard_map`` the
+    fourth argument is 1.x's ``mesh``; a bool there is jaxmg 0.0.x's ``pad``, which only calls
+    inside ``shard_map`` take."""
+    checks.keyword_only(caller, positional, "in_specs or pad (jaxmg 1.x), e.g. pad=False")
     if isinstance(mesh, (bool, np.bool_)):
         raise TypeError(
             f"{caller}: called on global arrays (no enclosing jax.shard_map), this is jaxmg 1.x's "
             f"function, whose fourth argument is mesh; got {mesh!r}. jaxmg 0.0.x's "
             "(a, b, T_A, pad) form runs inside jax.shard_map, on local blocks of rows."
         )
-    _validate.flag(pad, "pad", caller)
-    return _validate.matrix_specs(in_specs, matrix_specs, caller)[0]
+    checks.flag(pad, "pad", caller)
+    specs = checks.matrix_specs(in_specs, matrix_specs, caller)[0]
+    return specs if arrays is None else checks.in_specs(specs, caller, arrays)
 
 
 def potrs_global(
@@ -179,9 +182,11 @@ def potrs_global(
     """jaxmg 1.x's ``potrs_shardmap_ctx``: :func:`jaxmg.potrs` on global arrays, ``a`` and
     ``b`` kept; returns ``(a_work, x, status)`` or ``(a_work, x, logdet, status)``."""
     caller = "jaxmg.potrs_shardmap_ctx"
-    specs = _global_call(caller, mesh, in_specs, matrix_specs, positional, pad)
+    specs = _global_call(caller, mesh, in_specs, matrix_specs, positional, pad, ("A", "b"))
     options = dict(cyclic_1d=False, pad=pad, relayout="native", backend=backend)
-    out = _api._potrs(a, b, T_A, mesh, specs, caller, True, True, return_logdet, False, **options)
+    out = hermitian._potrs(
+        a, b, T_A, mesh, specs, caller, True, True, return_logdet, False, **options
+    )
     return (a, *out)
 
 
@@ -199,10 +204,10 @@ def syevd_global(
     """jaxmg 1.x's ``syevd_shardmap_ctx``: :func:`jaxmg.syevd` on global arrays, ``a`` kept;
     returns ``(a_work, w, V, status)`` or ``(a_work, w, status)``."""
     caller = "jaxmg.syevd_shardmap_ctx"
-    specs = _global_call(caller, mesh, in_specs, matrix_specs, positional, pad)
+    specs = _global_call(caller, mesh, in_specs, matrix_specs, positional, pad, ("A",))
     options = dict(cyclic_1d=False, pad=pad, relayout="native", backend=backend)
-    vectors = _validate.flag(return_eigenvectors, "return_eigenvectors", caller)
-    out = _api._syevd(a, T_A, mesh, specs, caller, True, vectors, True, False, **options)
+    vectors = checks.flag(return_eigenvectors, "return_eigenvectors", caller)
+    out = hermitian._syevd(a, T_A, mesh, specs, caller, True, vectors, True, False, **options)
     return (a, *out)
 
 
@@ -220,9 +225,9 @@ def lu_solve_shardmap_ctx(
     """jaxmg 1.x's ``lu_solve_shardmap_ctx``: :func:`jaxmg.lu_solve` on global arrays, ``a``
     and ``b`` kept; returns ``(a_work, x, status)`` (``a_work`` is ``a``)."""
     caller = "jaxmg.lu_solve_shardmap_ctx"
-    specs = _global_call(caller, mesh, in_specs, matrix_specs, positional, pad)
+    specs = _global_call(caller, mesh, in_specs, matrix_specs, positional, pad, ("A", "b"))
     options = dict(cyclic_1d=False, pad=pad, relayout="native", backend=backend)
-    x, status = _factors._lu_solve(a, b, T_A, mesh, specs, caller, True, 0, True, False, **options)
+    x, status = factors._lu_solve(a, b, T_A, mesh, specs, caller, True, 0, True, False, **options)
     return a, x, status
 
 
@@ -243,7 +248,7 @@ def least_squares_shardmap_ctx(
     below."""
     caller = "jaxmg.least_squares_shardmap_ctx"
     specs = _global_call(caller, mesh, in_specs, matrix_specs, positional, pad)
-    x, status = _least_squares(a, b, _validate.tile_size(T_A, caller), mesh, specs, backend, caller)
+    x, status = _least_squares(a, b, checks.tile_size(T_A, caller), mesh, specs, backend, caller)
     rows = a.shape[0] - a.shape[1]
     b_work = jnp.concatenate([x, jnp.zeros((rows, *x.shape[1:]), x.dtype)], axis=0)
     return a, b_work, x, status
@@ -263,9 +268,9 @@ def qr_shardmap_ctx(
     ``(Q, R, status)`` (as 1.x's, no work buffer)."""
     caller = "jaxmg.qr_shardmap_ctx"
     specs = _global_call(caller, mesh, in_specs, matrix_specs, positional, pad)
-    T_A = _validate.tile_size(T_A, caller)
+    T_A = checks.tile_size(T_A, caller)
     q, r, info, geometry = _qr_of(a, T_A, mesh, specs, "reduced", backend, caller)
-    return q, r, _v1_status.vector("qr", info, geometry, shape=a.shape, tile=T_A or 0)
+    return q, r, v1_status.vector("qr", info, geometry, shape=a.shape, tile=T_A or 0)
 
 
 def polar_shardmap_ctx(
@@ -283,10 +288,10 @@ def polar_shardmap_ctx(
     returns ``(U, H, status)`` or ``(U, status)`` (as 1.x's, no work buffer)."""
     caller = "jaxmg.polar_shardmap_ctx"
     specs = _global_call(caller, mesh, in_specs, matrix_specs, positional, pad)
-    T_A = _validate.tile_size(T_A, caller)
-    compute_h = _validate.flag(compute_h, "compute_h", caller)
+    T_A = checks.tile_size(T_A, caller)
+    compute_h = checks.flag(compute_h, "compute_h", caller)
     u, h, info, geometry = _polar_of(a, T_A, mesh, specs, "right", backend, caller)
-    status = _v1_status.vector("polar", info, geometry, shape=a.shape, tile=T_A or 0)
+    status = v1_status.vector("polar", info, geometry, shape=a.shape, tile=T_A or 0)
     return (u, h, status) if compute_h else (u, status)
 
 

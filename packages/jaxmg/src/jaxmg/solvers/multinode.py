@@ -21,7 +21,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec as P
 
-from ._local import _placed
+from ..describe.sharding import _placed
 
 
 def host_mesh(

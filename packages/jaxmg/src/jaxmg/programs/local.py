@@ -1,6 +1,4 @@
-"""The local side of every program: where arrays go, and what runs on one device's blocks.
-
-Placement: :func:`_placed` puts an array, concrete or traced, in a sharding over a mesh.
+"""The local side of every program: what runs on one device's blocks.
 
 Inside ``jax.shard_map``, on each device's block of ``A`` (the shard_map programs run these, and
 so do the functions called inside a user's ``shard_map``, such as ``potrs_no_shardmap``):
@@ -9,8 +7,8 @@ so do the functions called inside a user's ``shard_map``, such as ``potrs_no_sha
   :func:`_transpose_rows`; :func:`_hermitian_from_lower`, on a global array, runs its own
   ``shard_map`` on a square grid);
 - the local bodies of potrs, potri and syevd (:func:`_potrs_local`, :func:`_potri_local`,
-  :func:`_syevd_local`), each taking the call's :class:`jaxmg._call.Call`, whose route takes
-  a block to the native target and back.
+  :func:`_syevd_local`), each taking the call's :class:`jaxmg.describe.call.Call`, whose route
+  takes a block to the native target and back.
 """
 
 from __future__ import annotations
@@ -19,11 +17,10 @@ import functools
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import NamedSharding
 
 import jaxmg_layout
 
-from . import _geometry
+from ..describe.sharding import _placed
 
 # --- local (per-device) building blocks, used inside shard_map ------------------------------
 
@@ -201,52 +198,3 @@ def _syevd_local(call, a, vectors, v_columns=False, spent=False):
         return w, jnp.conj(route.from_native(v_rows)).T, status
     v = _transpose_rows(route.from_native(v_rows), geometry.axis)
     return w, (_relayout(v, call.T_A, geometry) if call.cyclic else v), status
-
-
-# --- placing arrays on a mesh -----------------------------------------------------------------
-
-
-def _placed(x, mesh, spec):
-    """``x`` sharded as ``spec`` over ``mesh`` (a no-op when it already is), from any sharding.
-
-    A concrete array goes there with ``device_put`` (from any devices). A traced one: with
-    ``reshard`` where the axes are Explicit, with a sharding constraint where they are Auto
-    (``reshard`` refuses Auto axes). Not ``device_put`` on Explicit axes: under ``jax.vmap`` it
-    puts the batch dimension last in the sharding (P(None, 'x') becomes P(None, 'x', None)),
-    which jax 0.12's ``shard_map`` no longer repairs.
-
-    A traced value is not always under ``jit``: an eager derivative's operands are traced and
-    every operation on them runs at once. On an abstract mesh (``jax.set_mesh``'s, when ``A``
-    carries none) ``reshard`` then takes the devices of ``jax.set_mesh``, and the sharding
-    constraint, which cannot, runs as a program of its own (:func:`_constrained`).
-    """
-    sharding = NamedSharding(mesh, spec)
-    if not _geometry.is_tracer(x) and isinstance(mesh, jax.sharding.Mesh):
-        if getattr(x, "sharding", None) == sharding:
-            return x  # the common case, and device_put's own no-op costs tens of microseconds
-        return jax.device_put(x, sharding)
-    if _explicit(mesh, spec):
-        return jax.sharding.reshard(x, sharding)
-    if isinstance(mesh, jax.sharding.AbstractMesh):
-        return _constrained(x, sharding)
-    return jax.lax.with_sharding_constraint(x, sharding)
-
-
-@functools.partial(jax.jit, static_argnums=1)
-def _constrained(x, sharding):
-    """``x`` under a sharding constraint to an abstract mesh, as a jitted program: run eagerly,
-    it is lowered on ``jax.set_mesh``'s devices (the constraint alone, run eagerly, refuses an
-    array that is not already on the mesh); under ``jit`` it is inlined."""
-    return jax.lax.with_sharding_constraint(x, sharding)
-
-
-def _explicit(mesh, spec) -> bool:
-    """Whether the mesh axes ``spec`` names (every axis, for a replicated spec) are Explicit."""
-    types = dict(zip(mesh.axis_names, mesh.axis_types, strict=True))
-    names = [
-        n
-        for entry in spec
-        if entry is not None
-        for n in (entry if isinstance(entry, tuple) else (entry,))
-    ]
-    return all(types[n] == jax.sharding.AxisType.Explicit for n in (names or mesh.axis_names))

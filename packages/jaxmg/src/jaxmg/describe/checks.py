@@ -5,7 +5,6 @@ rules.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from typing import Literal, TypeAlias
 
@@ -15,23 +14,10 @@ from jax.sharding import PartitionSpec as P
 
 import jaxmg_layout
 
-from .utils import JaxMgWarning
-
 SUPPORTED_DTYPES = tuple(
     np.dtype(name) for name in ("float32", "float64", "complex64", "complex128")
 )
 _DTYPE_NAMES = ", ".join(d.name for d in SUPPORTED_DTYPES)
-
-#: The widest column tile cuSolverMg takes, per routine: syevd refuses tiles over 1024, getrf
-#: tiles of 1024 and more (info -6, its matrix descriptor; docs/gpu.md).
-GPU_MAX_TILE = {"syevd": 1024, "getrf": 512}
-SYEVD_MAX_TILE = GPU_MAX_TILE["syevd"]
-
-#: The automatic tile on GPUs (``T_A=None``): the widest tile each routine gets, and the
-#: narrowest that cuSolverMg recommends ("256 or above"). See :func:`auto_tile`.
-GPU_TILE_CAP = {"potrs": 4096, "potri": 4096, **GPU_MAX_TILE}
-GPU_TILE_MIN = 256
-
 
 RELAYOUTS = ("native", "jax")
 
@@ -43,21 +29,6 @@ Relayout: TypeAlias = Literal["native", "jax"]
 Backend: TypeAlias = Literal["mg", "mp"] | None
 #: What a routine returns: one array, or a tuple of them (and its status) as its flags say.
 Result: TypeAlias = jax.Array | tuple[jax.Array, ...]
-
-
-BACKENDS = ("mg", "mp")
-
-
-def backend(value, caller: str) -> str | None:
-    """The engine asked for (``None``: automatic), or a ValueError naming the accepted ones."""
-    if value is None or value == "auto":
-        return None
-    if not isinstance(value, str) or value not in BACKENDS:
-        raise ValueError(
-            f"{caller}: backend must be 'mg' (cuSolverMg / its LAPACK twin, one node), 'mp' (the "
-            f"distributed engine, one process per device) or None (automatic), got {value!r}."
-        )
-    return value
 
 
 def relayout(value, caller: str) -> str:
@@ -110,7 +81,7 @@ def rhs_shape(b, n: int, dtype: np.dtype, caller: str) -> tuple[int, ...]:
 
 
 def tile_size(T_A, caller: str, cyclic_1d: bool = False) -> int | None:
-    """``T_A`` as an int, or ``None`` (chosen later by :func:`auto_tile`); a block-cyclic
+    """``T_A`` as an int, or ``None`` (the engine chooses it later); a block-cyclic
     input needs the ``T_A`` it was laid out with."""
     if T_A is None:
         if cyclic_1d:
@@ -126,28 +97,6 @@ def tile_size(T_A, caller: str, cyclic_1d: bool = False) -> int | None:
     return int(T_A)
 
 
-def auto_tile(n: int, ndev: int, routine: str, platform: str) -> int:
-    """The tile size ``T_A=None`` stands for.
-
-    With ``s = N / ndev`` columns per device:
-
-    - CPU devices: ``s``. The LAPACK twin makes one library call whatever the tile, so the
-      fastest call is the one with no relayout (the CPU tile sweep in ``benchmarks/results``).
-    - GPUs: ``s`` when ``s`` is at most the routine's cap (``GPU_TILE_CAP``: 4096 for potrs and
-      potri, the tile NetKet's jaxmg authors default to; cuSolverMg's limits for syevd, 1024,
-      and getrf, 512): no relayout. Wider shards get the widest tile between 256
-      (cuSolverMg's recommended minimum) and the cap that divides ``s`` (whole tiles move),
-      else the cap.
-    """
-    s = n // ndev
-    if platform != "gpu":
-        return s
-    cap = GPU_TILE_CAP[routine]
-    if s <= cap:
-        return s
-    return next((t for t in range(cap, GPU_TILE_MIN - 1, -1) if s % t == 0), cap)
-
-
 def mp_tile(block: tuple[int, ...], pad) -> int:
     """The tile ``T_A=None`` stands for on backend ``"mp"``, for blocks of ``block`` rows and
     columns: the narrower extent of a block, so that a 1D or square grid needs no relayout and
@@ -158,28 +107,6 @@ def mp_tile(block: tuple[int, ...], pad) -> int:
     if pad is False:
         tile = max(t for t in range(1, tile + 1) if all(b % t == 0 for b in block))
     return tile
-
-
-def resolve_tile(
-    T_A, n: int, ndev: int, routine: str, platform: str, caller: str, backend: str = "mg", pad=True
-) -> int:
-    """The tile size a call runs with: ``T_A``, or for ``None`` :func:`auto_tile` (backend
-    ``"mg"``) or :func:`mp_tile` (``"mp"``); on GPUs a syevd or getrf tile over cuSolverMg's
-    limit (``GPU_MAX_TILE``) is lowered to it with a warning, as jaxmg 0.0.x did for syevd."""
-    if T_A is None and backend == "mp":
-        return mp_tile((n // ndev,), pad)
-    if T_A is None:
-        return auto_tile(n, ndev, routine, platform)
-    limit = GPU_MAX_TILE.get(routine) if backend == "mg" and platform == "gpu" else None
-    if limit is not None and min(T_A, n // ndev) > limit:
-        warnings.warn(
-            f"{caller}: cuSolverMg's {routine} accepts column tiles of at most {limit}; "
-            f"T_A={T_A} is lowered to {limit}.",
-            JaxMgWarning,
-            stacklevel=5,
-        )
-        return limit
-    return T_A
 
 
 def unpadded(pad, layout: jaxmg_layout.CyclicPlan, caller: str) -> None:
@@ -226,7 +153,7 @@ def in_specs(value, caller: str, arrays: tuple[str, ...]) -> tuple:
 def matrix_specs(in_specs, matrix_specs, caller: str):
     """``(specs, v1)``: jaxmg 1.x's ``matrix_specs=`` is ``in_specs`` under its 1.x name (the
     same positional slot, the spec of ``A``); ``v1`` says the call used it, and so is 1.x's
-    (its status then comes in 1.x's form, :mod:`jaxmg._v1_status`)."""
+    (its status then comes in 1.x's form, :mod:`jaxmg.describe.v1_status`)."""
     if matrix_specs is None:
         return in_specs, False
     if in_specs is not None:
@@ -253,6 +180,34 @@ def keyword_only(caller: str, extra: tuple, was: str) -> None:
             f"positional argument(s) {extra!r}. In earlier jaxmg releases the next positional "
             f"argument was {was}: pass it by name."
         )
+
+
+def arguments(caller: str, positional: tuple, was: str, specs, v1_specs, arrays: tuple[str, ...]):
+    """The first checks of a public function on global arrays: no positional argument past
+    ``in_specs`` (``was``: what older releases put there), ``A``'s sharding given once (as
+    ``in_specs`` or as 1.x's ``matrix_specs``, ``v1_specs``), one spec per array named in
+    ``arrays``. Returns ``(specs, v1)``: a spec or ``None`` per array, and whether the call
+    named ``matrix_specs`` (so is 1.x's)."""
+    keyword_only(caller, positional, was)
+    given, v1 = matrix_specs(specs, v1_specs, caller)
+    return in_specs(given, caller, arrays), v1
+
+
+def square_matrix(a, T_A, cyclic_1d, relayout_name, pad, caller: str):
+    """The checks of a square ``A`` and its options that need no mesh. Returns ``(T_A, dtype,
+    relayout, N)``; ``N`` is ``None`` for ``A`` in the block-cyclic layout (``cyclic_1d``),
+    whose shape says ``N`` only with the device count."""
+    T_A = tile_size(T_A, caller, cyclic_1d)
+    shape = getattr(a, "shape", ())
+    if not cyclic_1d and pad is False and len(shape) == 2 and shape[0] != shape[1]:
+        raise ValueError(
+            f"{caller}: A must be square [N, N], got shape {tuple(shape)}. jaxmg takes A "
+            "unpadded: jaxmg 0.0.x's pre-padded shards (pad=False) are not accepted; pass the "
+            "N x N matrix."
+        )
+    dtype = matrix_dtype(a, caller)
+    n = None if cyclic_1d else square_size(a, caller)
+    return T_A, dtype, relayout(relayout_name, caller), n
 
 
 def plan(n: int, ndev: int, T_A: int, caller: str) -> jaxmg_layout.CyclicPlan:

@@ -1,0 +1,79 @@
+"""What an engine provides: the one interface the layers above ask instead of its name.
+
+An engine is what runs a routine on the devices of a solver axis: its wrappers (``potrs``,
+``getrf``, ... under neutral names, with the operand contract of packages/jaxmg-cuda/README.md),
+and the facts that differ between engines. Each engine is one module of this folder holding one
+instance of a subclass of :class:`Engine` (``ENGINE``), registered in :mod:`jaxmg.engines`.
+A fact that depends on the platform is a method taking it; the others are attributes.
+"""
+
+from __future__ import annotations
+
+import types
+
+
+class Engine:
+    """One engine. The defaults are those of an engine that asks nothing special."""
+
+    #: The ``backend=`` value that names it.
+    name: str = ""
+    #: Whether a caller may ask for it by name (else it is only chosen automatically).
+    public: bool = True
+    #: What it is, for messages.
+    summary: str = ""
+    #: Takes ``A`` sharded over a process grid ``P(r, c)``.
+    takes_grid: bool = False
+    #: Takes the whole matrix as one tile, on a solver axis of one device: nothing to relay,
+    #: and the decompositions run JAX's own dense ones there.
+    whole: bool = False
+    #: Its leader moves whole tiles between the devices' buffers in place (``relayout="native"``).
+    moves_in_place: bool = False
+    #: Solves with ``A^T`` by building the LU factor of ``A^T`` from ``A``'s (its ``getrs``
+    #: takes ``trans = N`` alone); an engine that neither solves with ``A^T`` nor builds that
+    #: factor refuses such solves itself.
+    transposes_factor: bool = False
+    #: With ``A`` donated, potrs keeps its factor in ``A``'s buffer.
+    factors_in_a: bool = True
+    #: Has its own QR and least squares of full rank.
+    own_qr: bool = False
+
+    def routines(self, platform: str, caller: str) -> types.SimpleNamespace:
+        """Its wrappers on ``platform``; raises, with a way out, where it cannot run there."""
+        raise NotImplementedError
+
+    def solves_transposed(self, platform: str) -> bool:
+        """Whether its ``getrs`` solves with ``A^T`` and ``A^H`` (``trans`` ``T`` and ``C``)."""
+        return True
+
+    def relays_blocks(self, platform: str) -> bool:
+        """Whether it takes a block of ``A`` as JAX holds it and relays it to its tiles itself;
+        such an engine's own rectangular routines (SVD, QR, least squares) run too."""
+        return False
+
+    def inverts(self, platform: str) -> bool:
+        """Whether it has ``potri``."""
+        return True
+
+    def tile(self, T_A, n: int, ndev: int, routine: str, platform: str, caller: str, pad) -> int:
+        """The tile a call of ``routine`` runs with: ``T_A``, or its choice for ``None``."""
+        raise NotImplementedError
+
+    def load(self, caller: str, platform: str) -> None:
+        """Opens its libraries in this process before a call, or raises saying why not."""
+
+    def participants(self, mesh, axes: tuple[str, ...], platform: str, caller: str):
+        """``(ndev, device_ids, job, pids)`` of a call on the mesh ``axes`` (one, or ``P(r,
+        c)``'s two), after checking it can run there (:class:`jaxmg.describe.Geometry`
+        says what each is)."""
+        raise NotImplementedError
+
+    def job_attributes(self, geometry) -> dict:
+        """Its own attributes of a native call, beyond the layout's."""
+        return {}
+
+    def max_devices(self, platform: str) -> int | None:
+        """The most devices one call takes on ``platform`` (``None``: no limit)."""
+        return None
+
+    def __repr__(self) -> str:
+        return f"<jaxmg engine {self.name!r}>"

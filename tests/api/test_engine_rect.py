@@ -100,7 +100,7 @@ def test_gpu_results_in_blocks_round_trip(cpu_devices, monkeypatch, form, shape,
     (jaxmg_cuda.mp.result_shape), and zeros as a second result, R's ``K x N``; what comes out
     must be A, sharded like A. The tile (T_A=64 asked) is cut to at most every sharded block of
     A and of a result in blocks: R's 2 rows per device of (32, 8) by rows need 2."""
-    from jaxmg.describe.sharding import Geometry
+    from jaxmg.describe.call import Geometry
     from jaxmg.engines import ENGINES
 
     mesh = jax.make_mesh((2, 2), ("r", "c"), devices=cpu_devices[:4])

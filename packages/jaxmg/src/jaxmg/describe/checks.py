@@ -26,7 +26,7 @@ AnyMesh: TypeAlias = jax.sharding.Mesh | jax.sharding.AbstractMesh
 #: ``in_specs`` / ``matrix_specs``: ``A``'s spec, or one per array argument.
 Specs: TypeAlias = P | Sequence[P | None]
 Relayout: TypeAlias = Literal["native", "jax"]
-Backend: TypeAlias = Literal["mg", "mp"] | None
+Backend: TypeAlias = Literal["mg", "mp", "jax"] | None
 #: What a routine returns: one array, or a tuple of them (and its status) as its flags say.
 Result: TypeAlias = jax.Array | tuple[jax.Array, ...]
 

@@ -4,7 +4,8 @@ that chooses among them.
 - :mod:`jaxmg.engines.mg`: backend ``"mg"``, cuSolverMg on GPUs and its LAPACK twin on CPUs;
 - :mod:`jaxmg.engines.mp`: backend ``"mp"``, the distributed engine (ScaLAPACK over MPI,
   cuSOLVERMp over NCCL);
-- :mod:`jaxmg.engines.dense`: backend ``"jax"``, JAX's own dense solvers on one device.
+- :mod:`jaxmg.engines.dense` and :mod:`jaxmg.engines.collectives`: backend ``"jax"``, JAX's own
+  dense solvers on one device, and on several a blocked Cholesky of XLA's collectives.
 
 A new engine is a new module with its ``ENGINE`` and one line in :data:`ENGINES`. This module is
 the only one that reads a backend's name: it checks ``backend=`` (:func:`asked`), chooses the
@@ -17,12 +18,12 @@ import jax
 
 from ..describe import processes, sharding
 from ..describe.call import Geometry
-from . import dense, mg, mp
+from . import collectives, dense as dense, mg, mp
 from .base import Engine
 
 #: Every engine, by the ``backend=`` value that names it.
 ENGINES: dict[str, Engine] = {
-    engine.name: engine for engine in (mg.ENGINE, mp.ENGINE, dense.ENGINE)
+    engine.name: engine for engine in (mg.ENGINE, mp.ENGINE, collectives.ENGINE)
 }
 
 #: The names a caller may pass as ``backend=``.
@@ -37,7 +38,8 @@ def asked(value, caller: str) -> Engine | None:
     if not isinstance(value, str) or value not in PUBLIC:
         raise ValueError(
             f"{caller}: backend must be 'mg' (cuSolverMg / its LAPACK twin, one node), 'mp' (the "
-            f"distributed engine, one process per device) or None (automatic), got {value!r}."
+            "distributed engine, one process per device), 'jax' (JAX's own solvers and "
+            f"collectives, any platform) or None (automatic), got {value!r}."
         )
     return ENGINES[value]
 
@@ -51,10 +53,12 @@ def choose(engine: Engine | None, mesh, axis: str, platform: str, *, cyclic: boo
     cuSolverMg takes or live on several hosts; else cuSolverMg. A process of a multi-process
     job whose solver axis holds its one device (as :func:`jaxmg.host_mesh` gives with one
     device per process) solves alone, on JAX's."""
-    if engine is not None:
-        return engine
     ndev = dict(mesh.shape)[axis]
-    if ndev == 1 and not cyclic:
+    return (engine or _automatic(ndev, mesh, platform, cyclic)).for_devices(ndev)
+
+
+def _automatic(ndev: int, mesh, platform: str, cyclic: bool) -> Engine:
+    if ndev == 1 and not cyclic or platform not in ("cpu", "gpu"):  # no native engine there
         return ENGINES["jax"]
     limit = ENGINES["mg"].max_devices(platform)
     if limit is not None and ndev > limit:
@@ -99,17 +103,18 @@ def geometry(
     """The :class:`~jaxmg.describe.Geometry` of a call on ``axis`` (``P(row_axis,
     axis)`` for ``form="grid"``): its engine chosen, which says how many devices take part and
     which, after checking it can run there."""
-    if platform not in ("cpu", "gpu"):
-        raise ValueError(
-            f"jaxmg runs on NVIDIA GPUs (cuSolverMg) and on CPU devices (LAPACK twin), "
-            f"not on {platform!r} devices."
-        )
     if form == "grid":
         engine = _grid_engine(engine, row_axis, axis, what, caller)
         axes = (row_axis, axis)
     else:
         engine = choose(engine, mesh, axis, platform, cyclic=cyclic)
         axes = (axis,)
+    if engine.platforms is not None and platform not in engine.platforms:
+        raise ValueError(
+            f"{caller}: backend={engine.name!r} ({engine.summary}) runs on "
+            f"{' and '.join(engine.platforms)} devices, not on {platform!r} ones; "
+            "backend='jax' runs on every platform."
+        )
     ndev, device_ids, job, pids = engine.participants(mesh, axes, platform, caller)
     return Geometry(
         mesh, axis, form, ndev, platform, device_ids, job, pids, engine=engine, row_axis=row_axis

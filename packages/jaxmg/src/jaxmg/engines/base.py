@@ -19,6 +19,8 @@ class Engine:
     name: str = ""
     #: Whether a caller may ask for it by name (else it is only chosen automatically).
     public: bool = True
+    #: The platforms it runs on (``None``: any platform JAX runs on).
+    platforms: tuple[str, ...] | None = ("cpu", "gpu")
     #: What it is, for messages.
     summary: str = ""
     #: Takes ``A`` sharded over a process grid ``P(r, c)``.
@@ -70,6 +72,11 @@ class Engine:
     def job_attributes(self, geometry) -> dict:
         """Its own attributes of a native call, beyond the layout's."""
         return {}
+
+    def for_devices(self, ndev: int) -> Engine:
+        """The engine that runs a call on ``ndev`` devices: this one, or another of its backend
+        (backend ``"jax"``: JAX's dense solvers on one device, collectives on several)."""
+        return self
 
     def max_devices(self, platform: str) -> int | None:
         """The most devices one call takes on ``platform`` (``None``: no limit)."""

@@ -281,18 +281,19 @@ _WRAPPERS = {platform: _make(platform) for platform in ("cpu", "gpu")}
 
 
 class Dense(Engine):
-    """Chosen for a solver axis of one device (``backend=None``), never asked for by name."""
+    """Backend ``"jax"`` on a solver axis of one device (chosen there by ``backend=None``); its
+    engine of several devices, :mod:`jaxmg.engines.collectives`, hands calls of one to it."""
 
     name = "jax"
-    public = False
-    summary = "JAX's own dense solvers, one device"
+    summary = "JAX's own solvers"
+    platforms = None
     whole = True
     # Its status reads A again after a failed factorisation (_cholesky), so XLA would copy A
     # to hand its buffer to the factor: one block more than not donating.
     factors_in_a = False
 
     def routines(self, platform, caller):
-        return _WRAPPERS[platform]
+        return _WRAPPERS["cpu" if platform == "cpu" else "gpu"]  # XLA's eigh off CPUs
 
     def tile(self, T_A, n, ndev, routine, platform, caller, pad):
         return n  # the whole matrix, whatever T_A was asked for

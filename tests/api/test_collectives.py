@@ -1,0 +1,208 @@
+"""``backend="jax"`` on several devices: the Cholesky family on the engine of XLA's own
+collectives (jaxmg.engines.collectives), against numpy and scipy at the suite's device count
+(2, 3, 4, 8), both forms, eagerly and under jit: solutions, the factor object and its
+log-determinant, LAPACK's ``info`` (scipy's ``?potrf`` on the same matrix) and NaN on failure,
+derivatives against JAX's own dense solve, ``vmap``, a program exported for TPU that holds no
+jaxmg target, the calls inside a user's ``shard_map`` (differentiable here), and what it does
+not have yet, refused.
+"""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.linalg
+from jax.sharding import NamedSharding, PartitionSpec as P
+from matrices import hpd, mesh_of, random
+
+import jaxmg
+from jaxmg import engines
+
+SWEPT = pytest.mark.dtype_sweep
+DTYPES = [
+    pytest.param(np.float32, marks=SWEPT),
+    np.float64,
+    pytest.param(np.complex64, marks=SWEPT),
+    np.complex128,
+]
+FORMS = {"cols": P(None, "x"), "rows": P("x", None)}
+BOUND = 30.0
+
+
+@pytest.fixture
+def mesh():
+    if jax.device_count() == 1:
+        pytest.skip("the engine of collectives runs on several devices")
+    return mesh_of()
+
+
+def size(ndev):
+    """``N`` with two tiles of 4 columns per device (``T_A=4``): several steps on each."""
+    return 8 * ndev
+
+
+def put(a, mesh, spec):
+    return jax.device_put(a, NamedSharding(mesh, spec))
+
+
+def residual(a, x, b):
+    """LAPACK's scaled residual ``||A x - b|| / (||A|| ||x|| N eps)``."""
+    n = a.shape[0]
+    scale = np.linalg.norm(a, 1) * np.linalg.norm(x) * n * np.finfo(a.dtype).eps
+    return np.linalg.norm(a @ x - b) / scale
+
+
+def test_the_engine_is_chosen_by_name_for_several_devices(mesh):
+    a = put(hpd(size(mesh.size)), mesh, FORMS["rows"])
+    geometry = engines.resolve(a, backend="jax")
+    assert geometry.backend == "jax" and geometry.ndev == mesh.size
+    assert geometry.engine is engines.collectives.ENGINE
+    assert engines.resolve(a).backend == "mg"  # the default on CPUs stays the LAPACK twin
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("form", FORMS)
+def test_potrs_against_numpy(mesh, dtype, form):
+    n = size(mesh.size)
+    a, b = hpd(n, dtype), random(n, dtype, seed=1, cols=3)
+    x, status = jaxmg.potrs(
+        put(a, mesh, FORMS[form]), jnp.asarray(b), 4, backend="jax", return_status=True
+    )
+    assert int(status) == 0
+    assert residual(a, np.asarray(x), b) < BOUND
+
+
+def test_potrs_under_jit_with_the_engines_own_tile(mesh):
+    """``T_A=None``: the engine's tile (the whole block here, one tile per device)."""
+    n = size(mesh.size)
+    a, b = hpd(n, np.complex128, seed=11), random(n, np.complex128, seed=12)[:, 0]
+    x = jax.jit(lambda a, b: jaxmg.potrs(a, b, backend="jax"))(put(a, mesh, FORMS["cols"]), b)
+    assert residual(a, np.asarray(x), b) < BOUND
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+@pytest.mark.parametrize("form", FORMS)
+def test_factor_solves_and_logdet(mesh, dtype, form):
+    n = size(mesh.size)
+    a = hpd(n, dtype, seed=2)
+    factor = jaxmg.cho_factor(put(a, mesh, FORMS[form]), 4, backend="jax")
+    for seed in (3, 4):
+        b = random(n, dtype, seed=seed)[:, 0]
+        assert residual(a, np.asarray(jaxmg.cho_solve(factor, jnp.asarray(b))), b) < BOUND
+    sign, expected = np.linalg.slogdet(a)
+    assert sign.real > 0
+    np.testing.assert_allclose(float(factor.logdet), expected, rtol=1e-12)
+    x, logdet = jaxmg.potrs(
+        put(a, mesh, FORMS[form]), jnp.ones(n, dtype), backend="jax", return_logdet=True
+    )
+    np.testing.assert_allclose(float(logdet), expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+@pytest.mark.parametrize("where", [0, 5, "last"])
+def test_not_positive_definite_gives_lapacks_info_and_nan(mesh, dtype, where):
+    n = size(mesh.size)
+    a = hpd(n, dtype, seed=5)
+    k = n - 1 if where == "last" else where
+    a[k, k] = -1.0
+    _, info = (
+        scipy.linalg.lapack.dpotrf(a.real)
+        if dtype == np.float64
+        else (
+            None,
+            scipy.linalg.lapack.zpotrf(a)[1],
+        )
+    )
+    assert info > 0
+    x, status = jaxmg.potrs(
+        put(a, mesh, FORMS["cols"]), jnp.ones(n, dtype), 4, backend="jax", return_status=True
+    )
+    assert int(status) == info
+    assert np.isnan(np.asarray(x)).all()
+
+
+def test_derivatives_against_jax(mesh):
+    n = size(mesh.size)
+    a, b = hpd(n, seed=6), random(n, seed=7)[:, 0]
+
+    def ours(a, b):
+        return jnp.sum(jnp.sin(jaxmg.potrs(a, b, 4, backend="jax")))
+
+    def theirs(a, b):
+        return jnp.sum(jnp.sin(jnp.linalg.solve((a + a.T) / 2, b)))
+
+    with jax.set_mesh(mesh):
+        got = jax.jit(jax.grad(ours, argnums=(0, 1)))(put(a, mesh, FORMS["rows"]), jnp.asarray(b))
+    want = jax.grad(theirs, argnums=(0, 1))(jnp.asarray(a), jnp.asarray(b))
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-9, atol=1e-12)
+
+
+def test_vmap_solves_a_batch_as_one_program(mesh):
+    n = size(mesh.size)
+    a = np.stack([hpd(n, seed=s) for s in range(3)])
+    b = random(n, seed=8, cols=3).T
+    spec = P(None, "x", None)
+    solve = jax.vmap(
+        lambda a, b: jaxmg.potrs(a, b, 4, mesh=mesh, in_specs=P("x", None), backend="jax")
+    )
+    x = np.asarray(jax.jit(solve)(put(a, mesh, spec), jnp.asarray(b)))
+    for i in range(3):
+        assert residual(a[i], x[i], b[i]) < BOUND
+
+
+def test_exported_for_tpu_with_no_jaxmg_target(mesh):
+    """CI has no TPU: a program for one holds no target of jaxmg's (JAX's own Cholesky and
+    triangular solves lower to XLA there)."""
+    n = size(mesh.size)
+    a = put(hpd(n), mesh, FORMS["rows"])
+    exported = jax.export.export(
+        jax.jit(lambda a, b: jaxmg.potrs(a, b, 4, backend="jax")), platforms=("tpu",)
+    )(a, jnp.ones(n))
+    text = exported.mlir_module()
+    assert "all_reduce" in text  # the collectives are there
+    targets = set(re.findall(r"custom_call @(\w+)", text))
+    assert not {t for t in targets if "jaxmg" in t.lower()}, targets
+
+
+def test_potrs_in_a_users_shard_map_is_differentiable(mesh):
+    n = size(mesh.size)
+    a, b = hpd(n, seed=9), random(n, seed=10)[:, 0]
+
+    def solve(block, b):
+        x, _ = jaxmg.potrs_no_shardmap(block, b, 4, sharded_by="rows", backend="jax")
+        return x
+
+    mapped = jax.shard_map(
+        solve, mesh=mesh, in_specs=(P("x", None), P()), out_specs=P(), check_vma=False
+    )
+    x = mapped(put(a, mesh, FORMS["rows"]), jnp.asarray(b))
+    assert residual(a, np.asarray(x), b) < BOUND
+    with jax.set_mesh(mesh):
+        grad = jax.jit(jax.grad(lambda b: jnp.sum(mapped(put(a, mesh, FORMS["rows"]), b))))(
+            jnp.asarray(b)
+        )
+    np.testing.assert_allclose(np.asarray(grad), np.linalg.solve(a, np.ones(n)), rtol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda a: jaxmg.potri(a, backend="jax"),
+        lambda a: jaxmg.lu_factor(a, backend="jax"),
+        lambda a: jaxmg.syevd(a, backend="jax"),
+    ],
+    ids=["potri", "lu_factor", "syevd"],
+)
+def test_what_it_lacks_is_refused(mesh, call):
+    a = put(hpd(size(mesh.size)), mesh, FORMS["rows"])
+    with pytest.raises(NotImplementedError, match="backend='jax' on several devices has no"):
+        call(a)
+
+
+def test_a_tile_that_does_not_divide_the_blocks_is_refused(mesh):
+    n = size(mesh.size)  # 8 rows per device
+    with pytest.raises(ValueError, match="divide"):
+        jaxmg.potrs(put(hpd(n), mesh, FORMS["rows"]), jnp.ones(n), 3, backend="jax")

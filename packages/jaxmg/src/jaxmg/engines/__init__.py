@@ -54,7 +54,8 @@ def choose(engine: Engine | None, mesh, axis: str, platform: str, *, cyclic: boo
     job whose solver axis holds its one device (as :func:`jaxmg.host_mesh` gives with one
     device per process) solves alone, on JAX's."""
     ndev = dict(mesh.shape)[axis]
-    return (engine or _automatic(ndev, mesh, platform, cyclic)).for_devices(ndev)
+    engine = engine or _automatic(ndev, mesh, platform, cyclic)
+    return engine.alone if ndev == 1 and engine.alone is not None else engine
 
 
 def _automatic(ndev: int, mesh, platform: str, cyclic: bool) -> Engine:

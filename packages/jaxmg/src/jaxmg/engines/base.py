@@ -38,6 +38,9 @@ class Engine:
     factors_in_a: bool = True
     #: Has its own QR and least squares of full rank.
     own_qr: bool = False
+    #: The engine of the same backend that runs a call on one device, where another does
+    #: (backend ``"jax"``: JAX's dense solvers there, collectives on several); ``None``: this.
+    alone: Engine | None = None
 
     def routines(self, platform: str, caller: str) -> types.SimpleNamespace:
         """Its wrappers on ``platform``; raises, with a way out, where it cannot run there."""
@@ -72,11 +75,6 @@ class Engine:
     def job_attributes(self, geometry) -> dict:
         """Its own attributes of a native call, beyond the layout's."""
         return {}
-
-    def for_devices(self, ndev: int) -> Engine:
-        """The engine that runs a call on ``ndev`` devices: this one, or another of its backend
-        (backend ``"jax"``: JAX's dense solvers on one device, collectives on several)."""
-        return self
 
     def max_devices(self, platform: str) -> int | None:
         """The most devices one call takes on ``platform`` (``None``: no limit)."""

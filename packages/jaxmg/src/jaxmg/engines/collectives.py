@@ -189,9 +189,7 @@ class CollectiveEngine(Engine):
     name = "jax"
     summary = "XLA's own collectives, several devices"
     platforms = None
-
-    def for_devices(self, ndev):
-        return dense.ENGINE if ndev == 1 else self
+    alone = dense.ENGINE
 
     def routines(self, platform, caller):
         inverse = _refuse("inverse (potri, and the derivative of a log-determinant)", caller)

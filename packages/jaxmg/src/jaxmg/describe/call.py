@@ -34,7 +34,7 @@ class Geometry:
       form: ``"cols"`` for ``P(None, axis)``, ``"rows"`` for ``P(axis, None)``, ``"grid"`` for
         ``P(row_axis, axis)`` (backend ``"mp"`` only: ScaLAPACK's 2D process grid).
       ndev: the number of devices along ``axis`` (``"grid"``: on the whole grid).
-      platform: ``"cpu"`` or ``"gpu"``.
+      platform: ``"cpu"``, ``"gpu"`` (CUDA), or another JAX platform (backend ``"jax"``).
       device_ids: the participating devices in mesh-position order (CUDA ordinals on GPU, device
         ids on CPU), or ``UNKNOWN_DEVICE`` entries when only the abstract mesh is known.
       job: 0 when this process drives every device of the axis; else the multi-process mode

@@ -11,14 +11,14 @@ sees, global tile ``k`` (columns ``k t .. (k + 1) t``) on device ``k mod p`` at 
 ``k // p``. The engine takes tiles ``t`` that divide ``N / p`` (:meth:`CollectiveEngine.tile`),
 so there is no padding: ``L = N / p``, and the ``K = N / t`` tiles are all whole.
 
-Cholesky (:func:`potrf`): right-looking, one tile of columns at a time, unrolled (every slice
-static, so the trailing update of step ``k`` touches only rows and columns past the tile: the
-flops stay those of ``N^3 / (3 p)`` per device, plus at most one tile of rows per step). Step
-``k``: the owner's tile (rows ``k t ..`` only) reaches every device in one ``psum``; each device
-factors the diagonal block and solves the tile below it (the same small work on every device,
-which would otherwise wait for the owner), the owner stores it, and each device updates its own
-later tiles with one GEMM. ``info`` is LAPACK's: the order of the first leading minor that is not
-positive definite, found inside the failing diagonal block
+Cholesky (:func:`potrf`): right-looking, one tile of columns at a time, in a ``lax.fori_loop``
+per bucket of steps (:func:`_buckets`): a bucket's steps share the static shapes of its first
+step's trailing matrix, so the flops stay within ``1 / SHRINK^2`` of ``N^3 / (3 p)`` per device
+while the program holds one loop body per bucket, not one per tile. Step ``k``: the owner of tile
+``k`` factors its diagonal block and solves the tile below it, the result reaches every device in
+one ``psum``, and each device updates its own later tiles with a few GEMMs (:func:`_chunks`, the
+staircase of the lower triangle). ``info`` is LAPACK's: the order of the first leading minor that
+is not positive definite, found inside the failing diagonal block
 (:func:`jaxmg.engines.dense._cholesky`); the factor is then NaN.
 
 Solves (:func:`potrs_factored`): ``L y = b`` by tiles, each tile's ``y`` from the sum over
@@ -34,6 +34,7 @@ derivative of a log-determinant, which needs it), LU (``getrf``/``getrs``) and t
 from __future__ import annotations
 
 import functools
+import math
 import types
 
 import jax.numpy as jnp
@@ -46,9 +47,13 @@ from .base import Engine
 
 _HIGHEST = lax.Precision.HIGHEST
 
-#: The widest tile the engine chooses by itself, and the most tiles (unrolled steps) it aims at.
+#: The widest tile the engine chooses by itself, and the most tiles (steps) it aims at.
 DEFAULT_TILE = 256
 MAX_TILES = 64
+#: How far a bucket's trailing order falls before the next bucket (:func:`_buckets`), and the
+#: most GEMMs a step's trailing update takes (:func:`_chunks`).
+SHRINK = 0.9
+CHUNKS = 8
 
 
 def _mm(x, y):
@@ -64,98 +69,146 @@ def _columns(ndev: int, local: int, tile: int) -> np.ndarray:
     return (devices + (r // tile) * ndev) * tile + r % tile
 
 
-def _mine(position, ndev, local, tile):
-    """This device's global columns, one per local column."""
-    return jnp.asarray(_columns(ndev, local, tile))[position]
-
-
 def _owned(position, owner, x):
     """``x`` on the owner, zeros elsewhere: summed over the axis, the owner's ``x`` everywhere."""
     return jnp.where(position == owner, x, jnp.zeros_like(x))
 
 
+def _buckets(steps: int) -> list[tuple[int, int]]:
+    """The steps ``[k0, k1)`` that share one loop body, with the static shapes of step ``k0``'s
+    trailing matrix: a bucket ends once the trailing order has fallen to :data:`SHRINK` of its
+    start's, so that a step does at most ``1 / SHRINK^2`` its own flops."""
+    out, k0 = [], 0
+    while k0 < steps:
+        k1 = min(steps, max(k0 + 1, math.ceil(steps - SHRINK * (steps - k0))))
+        out.append((k0, k1))
+        k0 = k1
+    return out
+
+
+def _chunks(first: int, slots: int) -> list[tuple[int, int]]:
+    """The local slots ``[first, slots)`` in at most :data:`CHUNKS` runs: each run is one GEMM
+    whose columns start at its first slot's (the staircase of the lower triangle)."""
+    bounds = np.linspace(first, slots, min(CHUNKS, slots - first) + 1).round().astype(int)
+    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
+
+
 def potrf(a, position, *, axis, ndev, T_A, **_):
-    """The Cholesky factor, distributed: ``(factor, status)`` as ``jaxmg_cuda.mg_potrf``."""
+    """The Cholesky factor, distributed: ``(factor, status)`` as ``jaxmg_cuda.mg_potrf``.
+
+    A ``lax.fori_loop`` per bucket of steps (:func:`_buckets`); step ``k`` of a bucket
+    starting at ``k0``, whose trailing window is the columns from ``c0 = k0 t`` and this
+    device's slots from ``k0 // p``:
+
+    1. the owner of tile ``k`` factors its diagonal block and solves the tile below it (under
+       ``lax.cond``: the other devices skip it) into ``X = M[c0:, tile k] L_kk^-H``, zero above
+       row ``k t + t``;
+    2. ``X`` reaches every device in one ``psum``, and the owner stores its column;
+    3. every device subtracts ``conj(X[my columns]) X^T`` from its window, in :func:`_chunks`
+       (the zero rows of ``X`` leave every finished or current column as it is).
+    """
     t, (local, n) = T_A, a.shape
-    steps = n // t
-    mine = _mine(position, ndev, local, t)
-    f, info = a, jnp.int32(0)
-    for k in range(steps):
+    steps, slots = n // t, local // t
+    dtype = a.dtype
+
+    def body(k0, k, carry):
+        f, info = carry
         owner, slot, lo = k % ndev, k // ndev, k * t
-        rows = slice(slot * t, (slot + 1) * t)
-        # M[lo:, tile k]^T, from its owner
-        panel = lax.psum(_owned(position, owner, f[rows, lo:]), axis)
-        diagonal, failed_at = dense._cholesky(panel[:, :t].T)
-        info = jnp.where((info == 0) & (failed_at > 0), lo + failed_at, info)
-        parts = [diagonal.T]
-        if k + 1 < steps:  # no empty arrays: Shardy refuses them in transposed programs
-            below = lax.linalg.triangular_solve(
-                diagonal,
-                panel[:, t:].T,
-                left_side=False,
-                lower=True,
-                transpose_a=True,
-                conjugate_a=True,
-            )  # M[lo + t:, tile k] L_kk^-H
-            parts.append(below.T)
-        if lo:
-            parts.insert(0, jnp.zeros((t, lo), f.dtype))
-        column = jnp.concatenate(parts, axis=1) if len(parts) > 1 else parts[0]
-        f = f.at[rows].set(jnp.where(position == owner, column, f[rows]))
-        if k + 1 == steps:
-            break
-        # M[i, g] -= L[i, tile k] L[g, tile k]^H for every later column g of this device
-        first = slot * t  # local rows of tiles before slot `slot` are all earlier than k
-        g = mine[first:]
-        later = g >= lo + t
-        l_g = jnp.take(below, jnp.clip(g - (lo + t), 0, n - lo - t - 1), axis=0)
-        update = _mm(jnp.conj(l_g), below.T)
-        f = f.at[first:, lo + t :].add(-jnp.where(later[:, None], update, 0))
-    f = dense._nan_unless(info == 0, f)
+        c0, s0 = k0 * t, k0 // ndev
+        width = n - c0
+        rows = jnp.arange(width)[:, None] + c0  # X's global rows
+
+        def factor(f):
+            raw = lax.dynamic_slice(f, (slot * t, c0), (t, width)).T  # M[c0:, tile k]
+            diagonal, failed = dense._cholesky(lax.dynamic_slice(raw, (lo - c0, 0), (t, t)))
+            x = lax.linalg.triangular_solve(
+                diagonal, raw, left_side=False, lower=True, transpose_a=True, conjugate_a=True
+            )
+            x = jnp.where(rows >= lo + t, x, 0)
+            column = lax.dynamic_update_slice(x, diagonal, (lo - c0, 0)).T
+            return x, column, jnp.where(failed > 0, lo + failed, 0).astype(jnp.int32)
+
+        def skip(f):
+            zero = jnp.zeros((width, t), dtype)
+            return zero, zero.T, jnp.int32(0)
+
+        x, column, failed = lax.cond(position == owner, factor, skip, f)
+        info = jnp.where((info == 0) & (failed > 0), failed, info)
+        x = lax.psum(x, axis)
+        here = lax.dynamic_slice(f, (slot * t, c0), (t, width))
+        f = lax.dynamic_update_slice(f, jnp.where(position == owner, column, here), (slot * t, c0))
+        # X at this device's columns: its slots s >= s0 hold tiles s p + position
+        padded = jnp.concatenate([jnp.zeros((c0 - s0 * ndev * t, t), dtype), x])
+        padded = padded.reshape(slots - s0, ndev, t, t)
+        mine = lax.dynamic_index_in_dim(padded, position, 1, keepdims=False)
+        mine = jnp.conj(mine.reshape((slots - s0) * t, t))
+        for first, last in _chunks(s0, slots):
+            start = max(c0, first * ndev * t)
+            left = mine[(first - s0) * t : (last - s0) * t]
+            update = _mm(left, x[start - c0 :].T)
+            f = f.at[first * t : last * t, start:].add(-update)
+        return f, info
+
+    carry = (a, jnp.int32(0))
+    for k0, k1 in _buckets(steps):
+        carry = lax.fori_loop(k0, k1, functools.partial(body, k0), carry)
+    f, info = carry
+    # LAPACK's info is the first failure: each device knows those of its own tiles
+    never = jnp.int32(n + 1)
+    info = lax.pmin(jnp.where(info > 0, info, never), axis)
+    info = jnp.where(info == never, 0, info)
+    # the factor is lower: zero what the loop left of the upper triangle (columns before the
+    # bucket that factored each tile)
+    column_of_row = jnp.asarray(_columns(ndev, local, t))[position][:, None]
+    upper = jnp.arange(n)[None, :] < column_of_row - column_of_row % t
+    f = jnp.where(info == 0, jnp.where(upper, 0, f), jnp.full_like(f, jnp.nan))
     return f, info.reshape(1)
 
 
 def _solve(f, rhs, position, axis, ndev, t):
-    """``(L L^H)^-1 rhs`` for the distributed factor ``f`` (``rhs`` ``[N, k]``, replicated)."""
+    """``(L L^H)^-1 rhs`` for the distributed factor ``f`` (``rhs`` ``[N, k]``, replicated): a
+    ``lax.fori_loop`` over the tiles each way, one ``psum`` of ``t x (k + t)`` per tile."""
     local, n = f.shape
-    mine = _mine(position, ndev, local, t)
-    y = jnp.zeros_like(rhs)
-    for k in range(n // t):  # L y = rhs
+    k_rhs = rhs.shape[1]
+
+    def forward(k, carry):  # L y = rhs
+        y, mine = carry  # mine: y at this device's columns, zero until solved
         owner, slot, lo = k % ndev, k // ndev, k * t
-        known = (slot + 1) * t  # local rows that may hold columns before tile k
-        g = mine[:known]
-        y_g = jnp.where((g < lo)[:, None], jnp.take(y, jnp.minimum(g, n - 1), axis=0), 0)
-        # the sum over my columns g < lo of L[tile k, g] y[g]
-        partial = _mm(f[:known, lo : lo + t].T, y_g)
-        own = _owned(position, owner, f[slot * t : known, lo : lo + t])  # L_kk^T
-        summed = lax.psum(jnp.concatenate([partial, own.T], axis=1), axis)
-        partial, diagonal = summed[:, : rhs.shape[1]], summed[:, rhs.shape[1] :]
+        partial = _mm(lax.dynamic_slice_in_dim(f, lo, t, axis=1).T, mine)  # L[tile k, mine] y
+        own = lax.dynamic_slice(f, (slot * t, lo), (t, t)).T  # L_kk on its owner
+        summed = lax.psum(jnp.concatenate([partial, _owned(position, owner, own)], 1), axis)
+        partial, diagonal = summed[:, :k_rhs], summed[:, k_rhs:]
         y_k = lax.linalg.triangular_solve(
-            diagonal, rhs[lo : lo + t] - partial, left_side=True, lower=True
+            diagonal, lax.dynamic_slice_in_dim(rhs, lo, t) - partial, left_side=True, lower=True
         )
-        y = y.at[lo : lo + t].set(y_k)
-    x = jnp.zeros_like(rhs)
-    for k in reversed(range(n // t)):  # L^H x = y
+        y = lax.dynamic_update_slice_in_dim(y, y_k, lo, 0)
+        here = lax.dynamic_slice_in_dim(mine, slot * t, t)
+        mine = lax.dynamic_update_slice_in_dim(
+            mine, jnp.where(position == owner, y_k, here), slot * t, 0
+        )
+        return y, mine
+
+    def backward(i, x):  # L^H x = y
+        k = n // t - 1 - i
         owner, slot, lo = k % ndev, k // ndev, k * t
-        column = f[slot * t : (slot + 1) * t]  # L[:, tile k]^T on its owner
-        if lo + t < n:
-            later = _mm(jnp.conj(column[:, lo + t :]), x[lo + t :])
-        else:
-            later = jnp.zeros((t, rhs.shape[1]), rhs.dtype)
-        summed = lax.psum(
-            _owned(position, owner, jnp.concatenate([later, column[:, lo : lo + t].T], 1)), axis
-        )
-        later, diagonal = summed[:, : rhs.shape[1]], summed[:, rhs.shape[1] :]
+        column = lax.dynamic_slice_in_dim(f, slot * t, t)  # L[:, tile k]^T on its owner
+        later = _mm(jnp.conj(column), x)  # x is zero from row lo + t down... up, until solved
+        diagonal = lax.dynamic_slice_in_dim(column, lo, t, axis=1).T
+        summed = lax.psum(_owned(position, owner, jnp.concatenate([later, diagonal], 1)), axis)
+        later, diagonal = summed[:, :k_rhs], summed[:, k_rhs:]
         x_k = lax.linalg.triangular_solve(
             diagonal,
-            y[lo : lo + t] - later,
+            lax.dynamic_slice_in_dim(y, lo, t) - later,
             left_side=True,
             lower=True,
             transpose_a=True,
             conjugate_a=True,
         )
-        x = x.at[lo : lo + t].set(x_k)
-    return x
+        return lax.dynamic_update_slice_in_dim(x, x_k, lo, 0)
+
+    zeros = jnp.zeros_like(rhs)
+    y, _ = lax.fori_loop(0, n // t, forward, (zeros, jnp.zeros((local, k_rhs), rhs.dtype)))
+    return lax.fori_loop(0, n // t, backward, zeros)
 
 
 def potrs_factored(factor, b, position, *, axis, ndev, T_A, **_):

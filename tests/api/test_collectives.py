@@ -1,10 +1,10 @@
-"""``backend="jax"`` on several devices: the Cholesky family on the engine of XLA's own
-collectives (jaxmg.engines.collectives), against numpy and scipy at the suite's device count
-(2, 3, 4, 8), both forms, eagerly and under jit: solutions, the factor object and its
-log-determinant, LAPACK's ``info`` (scipy's ``?potrf`` on the same matrix) and NaN on failure,
-derivatives against JAX's own dense solve, ``vmap``, a program exported for TPU that holds no
-jaxmg target, the calls inside a user's ``shard_map`` (differentiable here), and what it does
-not have yet, refused.
+"""``backend="jax"`` on several devices: the Cholesky and LU families on the engine of XLA's
+own collectives (jaxmg.engines.collectives), against numpy and scipy at the suite's device
+count (2, 3, 4, 8), both forms, eagerly and under jit: solutions, the inverse, the factor
+objects and the log-determinant, LAPACK's ``info`` and pivots (scipy's ``?potrf``, ``?getrf``
+on the same matrix) and NaN on failure, derivatives against JAX's own dense solvers, ``vmap``,
+programs exported for TPU and ROCm that hold no jaxmg target, the calls inside a user's
+``shard_map`` (differentiable here), and what it does not have yet, refused.
 """
 
 import re
@@ -19,6 +19,7 @@ from matrices import hpd, mesh_of, random
 
 import jaxmg
 from jaxmg import engines
+from jaxmg.engines.collectives import _columns
 
 SWEPT = pytest.mark.dtype_sweep
 DTYPES = [
@@ -153,14 +154,22 @@ def test_vmap_solves_a_batch_as_one_program(mesh):
         assert residual(a[i], x[i], b[i]) < BOUND
 
 
-def test_exported_for_tpu_with_no_jaxmg_target(mesh):
-    """CI has no TPU: a program for one holds no target of jaxmg's (JAX's own Cholesky and
-    triangular solves lower to XLA there)."""
+@pytest.mark.parametrize("platform", ["tpu", "rocm"])
+def test_exported_for_other_platforms_with_no_jaxmg_target(mesh, platform):
+    """CI has no TPU or AMD GPU: a program for one holds no target of jaxmg's (JAX's own
+    Cholesky, LU and triangular solves lower to that platform's own calls)."""
     n = size(mesh.size)
     a = put(hpd(n), mesh, FORMS["rows"])
-    exported = jax.export.export(
-        jax.jit(lambda a, b: jaxmg.potrs(a, b, 4, backend="jax")), platforms=("tpu",)
-    )(a, jnp.ones(n))
+
+    def every_routine(a, b):
+        lu = jaxmg.lu_factor(a, 4, backend="jax")
+        return (
+            jaxmg.potrs(a, b, 4, backend="jax"),
+            jaxmg.lu_solve(lu, b),
+            jaxmg.potri(a, 4, backend="jax"),
+        )
+
+    exported = jax.export.export(jax.jit(every_routine), platforms=(platform,))(a, jnp.ones(n))
     text = exported.mlir_module()
     assert "all_reduce" in text  # the collectives are there
     targets = set(re.findall(r"custom_call @(\w+)", text))
@@ -187,22 +196,123 @@ def test_potrs_in_a_users_shard_map_is_differentiable(mesh):
     np.testing.assert_allclose(np.asarray(grad), np.linalg.solve(a, np.ones(n)), rtol=1e-9)
 
 
-@pytest.mark.parametrize(
-    "call",
-    [
-        lambda a: jaxmg.potri(a, backend="jax"),
-        lambda a: jaxmg.lu_factor(a, backend="jax"),
-        lambda a: jaxmg.syevd(a, backend="jax"),
-    ],
-    ids=["potri", "lu_factor", "syevd"],
-)
-def test_what_it_lacks_is_refused(mesh, call):
+def test_what_it_lacks_is_refused(mesh):
     a = put(hpd(size(mesh.size)), mesh, FORMS["rows"])
     with pytest.raises(NotImplementedError, match="backend='jax' on several devices has no"):
-        call(a)
+        jaxmg.syevd(a, backend="jax")
 
 
 def test_a_tile_that_does_not_divide_the_blocks_is_refused(mesh):
     n = size(mesh.size)  # 8 rows per device
     with pytest.raises(ValueError, match="divide"):
         jaxmg.potrs(put(hpd(n), mesh, FORMS["rows"]), jnp.ones(n), 3, backend="jax")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("form", FORMS)
+def test_potri_against_numpy(mesh, dtype, form):
+    n = size(mesh.size)
+    a = hpd(n, dtype, seed=13)
+    inverse = jaxmg.potri(put(a, mesh, FORMS[form]), 4, backend="jax")
+    assert inverse.sharding.spec == FORMS[form]
+    eps = np.finfo(dtype).eps
+    error = np.linalg.norm(np.asarray(inverse) @ a - np.eye(n), 1) / (
+        n * eps * np.linalg.cond(a, 1)
+    )
+    assert error < BOUND
+
+
+def test_potri_of_a_matrix_not_positive_definite_is_nan(mesh):
+    n = size(mesh.size)
+    a = hpd(n, seed=14)
+    a[6, 6] = -2.0
+    inverse, status = jaxmg.potri(put(a, mesh, FORMS["rows"]), 4, backend="jax", return_status=True)
+    assert int(status) == scipy.linalg.lapack.dpotrf(a)[1] > 0
+    assert np.isnan(np.asarray(inverse)).all()
+
+
+def pivoting(n, dtype, seed):
+    """A general matrix whose LU interchanges rows at every step: rows scaled apart."""
+    m = random(n, dtype, seed)
+    scale = np.logspace(0, 2, n)[np.random.default_rng(seed).permutation(n), None]
+    return (m * scale).astype(dtype)
+
+
+def global_pivots(factor, mesh):
+    """LAPACK's 1-based ``ipiv`` ``[N]`` from a factor's pivots (each device's own columns)."""
+    ndev, local = mesh.size, factor.pivots.shape[0] // mesh.size
+    columns = _columns(ndev, local, 4)
+    ipiv = np.zeros(columns.size, np.int64)
+    ipiv[columns.ravel()] = np.asarray(factor.pivots)
+    return ipiv
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("form", FORMS)
+def test_lu_against_scipy(mesh, dtype, form):
+    """Every ``trans``; with ``A`` by columns the factor's own pivots are LAPACK's (scipy's
+    ``?getrf`` of the same matrix: partial pivoting picks the same rows, blocked or not)."""
+    n = size(mesh.size)
+    a = pivoting(n, dtype, seed=15)
+    b = random(n, dtype, seed=16, cols=2)
+    factor = jax.jit(lambda a: jaxmg.lu_factor(a, 4, backend="jax"))(put(a, mesh, FORMS[form]))
+    assert int(factor.status) == 0
+    for trans, op in ((0, a), (1, a.T), (2, a.conj().T)):
+        x = np.asarray(jaxmg.lu_solve(factor, jnp.asarray(b), trans=trans))
+        assert residual(op, x, b) < BOUND, trans
+    if form == "cols":
+        _, piv = scipy.linalg.lu_factor(a)
+        np.testing.assert_array_equal(global_pivots(factor, mesh), piv + 1)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+@pytest.mark.parametrize("column", [0, 6, "last"])
+def test_singular_lu_gives_lapacks_info_and_nan(mesh, dtype, column):
+    n = size(mesh.size)
+    a = pivoting(n, dtype, seed=17)
+    a[:, n - 1 if column == "last" else column] = 0
+    info = (scipy.linalg.lapack.dgetrf if dtype == np.float64 else scipy.linalg.lapack.zgetrf)(a)[2]
+    assert info > 0
+    factor = jaxmg.lu_factor(put(a, mesh, FORMS["cols"]), 4, backend="jax")
+    assert int(factor.status) == info
+    assert np.isnan(np.asarray(jaxmg.lu_solve(factor, jnp.ones(n, dtype)))).all()
+
+
+def test_lu_and_inverse_derivatives_against_jax(mesh):
+    """The existing rules on this engine: ``lu_solve`` against ``jnp.linalg.solve``, the
+    inverse and the log-determinant (whose derivative needs the inverse) against JAX's."""
+    n = size(mesh.size)
+    a, h, b = pivoting(n, np.float64, seed=18), hpd(n, seed=19), random(n, seed=20)[:, 0]
+
+    def ours(a, h, b):
+        lu = jaxmg.lu_factor(a, 4, backend="jax")
+        factor = jaxmg.cho_factor(h, 4, backend="jax")
+        x = jaxmg.lu_solve(lu, b, trans=1)
+        return jnp.sum(jnp.sin(x)) + jnp.sum(jaxmg.potri(h, 4, backend="jax") ** 2) + factor.logdet
+
+    def theirs(a, h, b):
+        h = (h + h.T) / 2
+        x = jnp.linalg.solve(a.T, b)
+        return jnp.sum(jnp.sin(x)) + jnp.sum(jnp.linalg.inv(h) ** 2) + jnp.linalg.slogdet(h)[1]
+
+    with jax.set_mesh(mesh):
+        got = jax.jit(jax.grad(ours, argnums=(0, 1, 2)))(
+            put(a, mesh, FORMS["cols"]), put(h, mesh, FORMS["rows"]), jnp.asarray(b)
+        )
+    want = jax.grad(theirs, argnums=(0, 1, 2))(jnp.asarray(a), jnp.asarray(h), jnp.asarray(b))
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-8, atol=1e-11)
+
+
+def test_lu_under_vmap_solves_a_batch_as_one_program(mesh):
+    n = size(mesh.size)
+    a = np.stack([pivoting(n, np.float64, seed=s) for s in range(3)])
+    b = random(n, seed=21, cols=3).T
+
+    def solve(a, b):
+        lu = jaxmg.lu_factor(a, 4, mesh=mesh, in_specs=P(None, "x"), backend="jax")
+        return jaxmg.lu_solve(lu, b)
+
+    x = np.asarray(jax.jit(jax.vmap(solve))(put(a, mesh, P(None, None, "x")), jnp.asarray(b)))
+    for i in range(3):
+        assert residual(a[i], x[i], b[i]) < BOUND

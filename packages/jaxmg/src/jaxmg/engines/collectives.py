@@ -1,4 +1,4 @@
-"""Backend ``"jax"`` on several devices: Cholesky and its solves made of XLA's own collectives.
+"""Backend ``"jax"`` on several devices: Cholesky, LU and their solves in XLA's own collectives.
 
 Every cross-device step is a ``lax.psum`` over the solver's mesh axis inside the program's
 ``jax.shard_map``; there is no native target, so the engine runs wherever JAX runs (any
@@ -21,14 +21,23 @@ staircase of the lower triangle). ``info`` is LAPACK's: the order of the first l
 is not positive definite, found inside the failing diagonal block
 (:func:`jaxmg.engines.dense._cholesky`); the factor is then NaN.
 
-Solves (:func:`potrs_factored`): ``L y = b`` by tiles, each tile's ``y`` from the sum over
-every device's earlier columns (one ``psum`` of ``t x nrhs`` and the diagonal block), then
-``L^H x = y`` backwards, each tile's ``x`` from its owner's column (one ``psum``). ``b`` and
-``x`` are the same on every device.
+LU (:func:`getrf`): right-looking with partial pivoting, bucketed the same way. A tile of
+columns lives on one device, so its panel's pivot search is local (``lax.linalg.lu`` of the
+panel on its owner); the factored panel and its pivots reach every device in one ``psum``, each
+device applies the interchanges to its columns (at most ``2 t`` rows move per step), solves its
+row tile of ``U`` and updates its trailing columns with one GEMM. Tournament pivoting (CALU)
+would cut the panel's latency where one panel spans devices (a 2D grid); here it does not.
 
-Not on this engine yet (each raises at trace time, saying so): the inverse (``potri``, and the
-derivative of a log-determinant, which needs it), LU (``getrf``/``getrs``) and the eigensolver
-(``syevd``).
+Solves (:func:`_sweep`): a triangular solve by tiles, each tile's solution from the sum over
+every device's solved columns (``T x = y``: one ``psum`` of ``t x nrhs`` and the diagonal
+block) or from the owner's column tile (``T^H x = y``). Cholesky solves go forward by rows and
+back by columns; LU's ``N`` solve by rows both ways, ``T`` and ``C`` by columns. ``b`` and
+``x`` are the same on every device. The inverse (:func:`potri_factored`) solves for one
+device's columns of the identity at a time, each device keeping its own: ``2 N^3 / p`` flops
+per device (LAPACK's ``?potri``: ``2 N^3 / 3`` in all), one block of right-hand side at a time.
+
+Not on this engine yet (it raises at trace time, saying so): the eigensolver (``syevd``, and
+the SVD family through it).
 """
 
 from __future__ import annotations
@@ -153,10 +162,7 @@ def potrf(a, position, *, axis, ndev, T_A, **_):
     for k0, k1 in _buckets(steps):
         carry = lax.fori_loop(k0, k1, functools.partial(body, k0), carry)
     f, info = carry
-    # LAPACK's info is the first failure: each device knows those of its own tiles
-    never = jnp.int32(n + 1)
-    info = lax.pmin(jnp.where(info > 0, info, never), axis)
-    info = jnp.where(info == never, 0, info)
+    info = _first_failure(info, axis, n)  # each device knows those of its own tiles
     # the factor is lower: zero what the loop left of the upper triangle (columns before the
     # bucket that factored each tile)
     column_of_row = jnp.asarray(_columns(ndev, local, t))[position][:, None]
@@ -165,50 +171,211 @@ def potrf(a, position, *, axis, ndev, T_A, **_):
     return f, info.reshape(1)
 
 
-def _solve(f, rhs, position, axis, ndev, t):
-    """``(L L^H)^-1 rhs`` for the distributed factor ``f`` (``rhs`` ``[N, k]``, replicated): a
-    ``lax.fori_loop`` over the tiles each way, one ``psum`` of ``t x (k + t)`` per tile."""
-    local, n = f.shape
-    k_rhs = rhs.shape[1]
+def _sweep(f, rhs, position, axis, ndev, t, *, by_rows, lower, unit=False, conj=False, back=False):
+    """``op(T)^-1 rhs`` for the triangular ``T`` whose column tiles are the distributed ``f``
+    (``T``'s lower or upper triangle, ``lower``; unit diagonal, ``unit``), ``rhs`` ``[N, k]``
+    and the result the same on every device: a ``lax.fori_loop`` over the tiles, forwards or
+    ``back``wards, one ``psum`` of ``t x (k + t)`` per tile.
 
-    def forward(k, carry):  # L y = rhs
-        y, mine = carry  # mine: y at this device's columns, zero until solved
+    ``by_rows``: ``op(T) = T``; tile ``k``'s partial sum is row tile ``k`` of ``T`` times the
+    solution at each device's own columns (zero until solved), summed over the devices.
+    Otherwise ``op(T) = T^T`` (``T^H`` with ``conj``), whose row tile ``k`` is ``T``'s column
+    tile ``k``: its owner alone computes the partial sum. Either way the diagonal block comes
+    from its owner in the same ``psum``.
+    """
+    local, n = f.shape
+    steps, k_rhs = n // t, rhs.shape[1]
+
+    def step(i, carry):
+        y = carry[0]
+        k = steps - 1 - i if back else i
         owner, slot, lo = k % ndev, k // ndev, k * t
-        partial = _mm(lax.dynamic_slice_in_dim(f, lo, t, axis=1).T, mine)  # L[tile k, mine] y
-        own = lax.dynamic_slice(f, (slot * t, lo), (t, t)).T  # L_kk on its owner
-        summed = lax.psum(jnp.concatenate([partial, _owned(position, owner, own)], 1), axis)
-        partial, diagonal = summed[:, :k_rhs], summed[:, k_rhs:]
+        column = lax.dynamic_slice_in_dim(f, slot * t, t)  # T[:, tile k]^T on its owner
+        diagonal = lax.dynamic_slice_in_dim(column, lo, t, axis=1).T
+        if by_rows:
+            mine = carry[1]  # the solution at this device's columns
+            partial = _mm(lax.dynamic_slice_in_dim(f, lo, t, axis=1).T, mine)
+            send = jnp.concatenate([partial, _owned(position, owner, diagonal)], 1)
+        else:
+            partial = _mm(jnp.conj(column) if conj else column, y)
+            send = _owned(position, owner, jnp.concatenate([partial, diagonal], 1))
+        summed = lax.psum(send, axis)
         y_k = lax.linalg.triangular_solve(
-            diagonal, lax.dynamic_slice_in_dim(rhs, lo, t) - partial, left_side=True, lower=True
+            summed[:, k_rhs:],
+            lax.dynamic_slice_in_dim(rhs, lo, t) - summed[:, :k_rhs],
+            left_side=True,
+            lower=lower,
+            transpose_a=not by_rows,
+            conjugate_a=conj,
+            unit_diagonal=unit,
         )
         y = lax.dynamic_update_slice_in_dim(y, y_k, lo, 0)
+        if not by_rows:
+            return (y,)
         here = lax.dynamic_slice_in_dim(mine, slot * t, t)
-        mine = lax.dynamic_update_slice_in_dim(
-            mine, jnp.where(position == owner, y_k, here), slot * t, 0
-        )
-        return y, mine
+        mine = jnp.where(position == owner, y_k, here)
+        return y, lax.dynamic_update_slice_in_dim(carry[1], mine, slot * t, 0)
 
-    def backward(i, x):  # L^H x = y
-        k = n // t - 1 - i
+    carry = (jnp.zeros_like(rhs),)
+    if by_rows:
+        carry += (jnp.zeros((local, k_rhs), rhs.dtype),)
+    return lax.fori_loop(0, steps, step, carry)[0]
+
+
+def _solve(f, rhs, position, axis, ndev, t):
+    """``(L L^H)^-1 rhs`` for the distributed Cholesky factor ``f`` (``rhs`` ``[N, k]``, the
+    same on every device)."""
+    sweep = functools.partial(_sweep, f, position=position, axis=axis, ndev=ndev, t=t, lower=True)
+    y = sweep(rhs, by_rows=True)
+    return sweep(y, by_rows=False, conj=True, back=True)
+
+
+def _each_devices_columns(solve, position, ndev, n, local, t, dtype):
+    """``[L, N]``: on each device the storage of its columns of ``solve(I)`` (``solve`` maps
+    ``[N, k]`` to ``[N, k]``, the same on every device), one device's ``L`` columns of the
+    identity at a time, so that no device holds more than a block of the right-hand side."""
+    columns = jnp.asarray(_columns(ndev, local, t))
+
+    def one(d, inverse):
+        unit = (jnp.arange(n)[:, None] == columns[d][None, :]).astype(dtype)  # I[:, d's]
+        x = solve(unit).T
+        return jnp.where(position == d, x, inverse)
+
+    return lax.fori_loop(0, ndev, one, jnp.zeros((local, n), dtype))
+
+
+def potri_factored(factor, position, *, axis, ndev, T_A, **_):
+    """Inverse from a factor of :func:`potrf`: ``(inverse, status)``, the whole of each
+    device's columns of ``M^-1`` (the caller reads its lower triangle)."""
+    local, n = factor.shape
+    solve = functools.partial(_solve, factor, position=position, axis=axis, ndev=ndev, t=T_A)
+    inverse = _each_devices_columns(solve, position, ndev, n, local, T_A, factor.dtype)
+    return inverse, jnp.zeros((1,), jnp.int32)
+
+
+def potri(a, position, *, axis, ndev, T_A, **_):
+    """Inverse from the Cholesky factor: ``(inverse, status)`` as ``jaxmg_cuda.mg_potri``."""
+    f, status = potrf(a, position, axis=axis, ndev=ndev, T_A=T_A)
+    inverse, _ = potri_factored(f, position, axis=axis, ndev=ndev, T_A=T_A)
+    return inverse, status
+
+
+def _first_failure(info, axis, n):
+    """LAPACK's ``info`` (the first failure, 0 for none) from each device's first (or 0)."""
+    never = jnp.int32(n + 1)
+    info = lax.pmin(jnp.where(info > 0, info, never), axis)
+    return jnp.where(info == never, 0, info)
+
+
+def getrf(a, position, *, axis, ndev, T_A, **_):
+    """LU with partial pivoting, distributed: ``(lu, pivots, status)`` as
+    ``jaxmg_cuda.mg_getrf`` (LAPACK's ``L U`` in the tiles of ``a``, each device's 1-based
+    ``ipiv`` of its own columns, ``info``: the first zero of ``U``'s diagonal).
+
+    Right-looking, a ``lax.fori_loop`` per bucket of steps (:func:`_buckets`), whose trailing
+    window is ``M``'s rows from ``c0 = k0 t`` and this device's slots from ``k0 // p``. Step
+    ``k`` (tile ``k``'s columns live on one device, so the pivot search is local):
+
+    1. the owner factors its panel's rows ``k t ..`` (``lax.linalg.lu`` of the window's height,
+       the panel's earlier rows rotated to the end as zeros, which no pivot search picks);
+    2. the factored panel and its ``t`` pivots reach every device in one ``psum``;
+    3. every device applies the row interchanges to its columns (at most ``2 t`` rows move),
+       and the owner stores the panel;
+    4. every device solves its later columns' ``U`` row tile with ``L_kk`` and subtracts
+       ``L[:, tile k] U[tile k, mine]`` from its window: one GEMM.
+    """
+    t, (local, n) = T_A, a.shape
+    steps = n // t
+    dtype = a.dtype
+    tiles = jnp.asarray(_columns(ndev, local, t))[position][::t] // t  # each slot's tile
+
+    def body(k0, k, carry):
+        f, pivots, info = carry
         owner, slot, lo = k % ndev, k // ndev, k * t
-        column = lax.dynamic_slice_in_dim(f, slot * t, t)  # L[:, tile k]^T on its owner
-        later = _mm(jnp.conj(column), x)  # x is zero from row lo + t down... up, until solved
-        diagonal = lax.dynamic_slice_in_dim(column, lo, t, axis=1).T
-        summed = lax.psum(_owned(position, owner, jnp.concatenate([later, diagonal], 1)), axis)
-        later, diagonal = summed[:, :k_rhs], summed[:, k_rhs:]
-        x_k = lax.linalg.triangular_solve(
-            diagonal,
-            lax.dynamic_slice_in_dim(y, lo, t) - later,
-            left_side=True,
-            lower=True,
-            transpose_a=True,
-            conjugate_a=True,
-        )
-        return lax.dynamic_update_slice_in_dim(x, x_k, lo, 0)
+        c0, s0 = k0 * t, k0 // ndev
+        width = n - c0
+        row = jnp.arange(width)[:, None]  # window row i is M's row c0 + i
 
-    zeros = jnp.zeros_like(rhs)
-    y, _ = lax.fori_loop(0, n // t, forward, (zeros, jnp.zeros((local, k_rhs), rhs.dtype)))
-    return lax.fori_loop(0, n // t, backward, zeros)
+        def factor(f):
+            raw = lax.dynamic_slice(f, (slot * t, c0), (t, width)).T  # M[c0:, tile k]
+            active = jnp.where(row < n - lo, jnp.roll(raw, c0 - lo, axis=0), 0)
+            lu, piv, _ = lax.linalg.lu(active)  # rows lo.. first
+            zero = jnp.diagonal(lu[:t]) == 0
+            failed = jnp.where(jnp.any(zero), lo + 1 + jnp.argmax(zero), 0)
+            return lu, piv, failed.astype(jnp.int32)
+
+        def skip(f):
+            return jnp.zeros((width, t), dtype), jnp.zeros((t,), jnp.int32), jnp.int32(0)
+
+        lu, piv, failed = lax.cond(position == owner, factor, skip, f)
+        info = jnp.where((info == 0) & (failed > 0), failed, info)
+        lu, piv = lax.psum((lu, piv), axis)
+        # the interchanges: row lo + j takes row lo + perm[j], which differs from j only
+        # among the panel's rows and the rows they were swapped with
+        perm = lax.linalg.lu_pivots_to_permutation(piv, width)
+        moved = jnp.concatenate([jnp.arange(t, dtype=piv.dtype), piv])
+        f = f.at[:, lo + moved].set(f[:, lo + perm[moved]])
+        # the owner's panel, in its rows lo.. (its earlier rows hold U, from earlier steps)
+        panel = jnp.roll(lu, lo - c0, axis=0)  # window row i: M's row c0 + i
+        here = lax.dynamic_slice(f, (slot * t, c0), (t, width))
+        stored = jnp.where(row.T >= lo - c0, panel.T, here)
+        f = lax.dynamic_update_slice(f, jnp.where(position == owner, stored, here), (slot * t, c0))
+        pivots = lax.dynamic_update_slice_in_dim(
+            pivots,
+            jnp.where(
+                position == owner, lo + 1 + piv, lax.dynamic_slice_in_dim(pivots, slot * t, t)
+            ),
+            slot * t,
+            0,
+        )
+        # U's row tile k at this device's later columns, and the trailing update
+        later = jnp.repeat(tiles[s0:] > k, t)[:, None]  # [L - s0 t, 1]
+        window = f[s0 * t :, c0:]
+        b = lax.dynamic_slice_in_dim(window, lo - c0, t, axis=1)  # M[tile k, mine]^T
+        u = lax.linalg.triangular_solve(
+            lu[:t], b, left_side=False, lower=True, transpose_a=True, unit_diagonal=True
+        )
+        u = jnp.where(later, u, 0)
+        below = jnp.where(row >= lo + t - c0, panel, 0)  # L[lo + t:, tile k]
+        window = window - _mm(u, below.T)
+        window = lax.dynamic_update_slice_in_dim(window, jnp.where(later, u, b), lo - c0, 1)
+        return f.at[s0 * t :, c0:].set(window), pivots, info
+
+    carry = (a, jnp.zeros((local,), jnp.int32), jnp.int32(0))
+    for k0, k1 in _buckets(steps):
+        carry = lax.fori_loop(k0, k1, functools.partial(body, k0), carry)
+    f, pivots, info = carry
+    info = _first_failure(info, axis, n)
+    f = jnp.where(info == 0, f, jnp.full_like(f, jnp.nan))
+    return f, pivots, info.reshape(1)
+
+
+def _global_pivots(pivots, position, axis, ndev, n, t):
+    """LAPACK's ``ipiv`` ``[N]`` (0-based) on every device, from each device's own."""
+    mine = jnp.asarray(_columns(ndev, pivots.shape[0], t))[position]
+    return lax.psum(jnp.zeros((n,), pivots.dtype).at[mine].set(pivots), axis) - 1
+
+
+def getrs(lu, pivots, b, position, *, axis, ndev, T_A, trans="N", **_):
+    """Solve ``op(A) x = b`` with a factor of :func:`getrf`: ``(x, status)``; ``trans``
+    ``"N"`` (``L U x = P b``), ``"T"`` or ``"C"`` (``op(U) op(L) P x = b``), each as two
+    sweeps (:func:`_sweep`) over the distributed factor."""
+    if trans not in ("N", "T", "C"):
+        raise ValueError(f"trans must be 'N', 'T' or 'C', got {trans!r}")
+    n = lu.shape[1]
+    ipiv = _global_pivots(pivots, position, axis, ndev, n, T_A)
+    perm = lax.linalg.lu_pivots_to_permutation(ipiv, n)  # (P A)[i] = A[perm[i]]
+    sweep = functools.partial(_sweep, lu, position=position, axis=axis, ndev=ndev, t=T_A)
+    rhs = b.T
+    if trans == "N":
+        y = sweep(rhs[perm], by_rows=True, lower=True, unit=True)
+        x = sweep(y, by_rows=True, lower=False, back=True)
+    else:
+        conj = trans == "C"
+        y = sweep(rhs, by_rows=False, lower=False, conj=conj)
+        y = sweep(y, by_rows=False, lower=True, unit=True, conj=conj, back=True)
+        x = jnp.zeros_like(y).at[perm].set(y, unique_indices=True)
+    return x.T, jnp.zeros((1,), jnp.int32)
 
 
 def potrs_factored(factor, b, position, *, axis, ndev, T_A, **_):
@@ -227,8 +394,8 @@ def potrs(a, b, position, *, axis, ndev, T_A, **_):
 def _refuse(what: str, caller: str):
     def refuse(*args, **kwargs):
         raise NotImplementedError(
-            f"{caller}: backend='jax' on several devices has no {what} yet (its Cholesky "
-            "factorisation and solves run: potrs, cho_factor/cho_solve, the log-determinant). "
+            f"{caller}: backend='jax' on several devices has no {what} yet (its Cholesky and LU "
+            "run: potrs, potri, cho_factor/cho_solve, lu_factor/lu_solve, the log-determinant). "
             "backend='mg' (cuSolverMg, or its LAPACK twin on CPUs) has it on one node."
         )
 
@@ -245,16 +412,14 @@ class CollectiveEngine(Engine):
     alone = dense.ENGINE
 
     def routines(self, platform, caller):
-        inverse = _refuse("inverse (potri, and the derivative of a log-determinant)", caller)
-        lu = _refuse("LU factorisation (lu_factor, lu_solve)", caller)
         return types.SimpleNamespace(
             potrs=potrs,
             potrf=potrf,
             potrs_factored=potrs_factored,
-            potri=inverse,
-            potri_factored=inverse,
-            getrf=lu,
-            getrs=lu,
+            potri=potri,
+            potri_factored=potri_factored,
+            getrf=getrf,
+            getrs=getrs,
             syevd=_refuse("eigensolver (syevd, and svd, polar, lstsq through it)", caller),
         )
 

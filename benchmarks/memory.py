@@ -15,7 +15,7 @@ same matrix whole, with the same donation.
 
 Example (4 simulated CPU devices):
     python benchmarks/memory.py --cpu-devices 4 --n 2048 4096 --tiles 0 128
-(tile 0: ``N / ndev``, one tile per device, no relayout.)
+(tile 0: ``N / ndev``, one tile per device, no relayout; -1: the engine's own choice.)
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ ROUTINES = ("potrs", "potrs_logdet", "cho_factor", "lu_factor", "lu_solve", "pot
 def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--n", nargs="+", type=int, default=[2048, 4096])
-    p.add_argument("--tiles", nargs="+", type=int, default=[0, 128], help="0: N / ndev")
+    p.add_argument(
+        "--tiles", nargs="+", type=int, default=[0, 128], help="0: N / ndev; -1: the engine's own"
+    )
     p.add_argument("--routines", nargs="+", default=list(ROUTINES), choices=ROUTINES)
     p.add_argument("--shardings", nargs="+", default=["cols", "rows"], choices=["cols", "rows"])
     p.add_argument("--backend", default=None, help="jaxmg's backend (default: its choice)")
@@ -147,7 +149,7 @@ def main(argv=None):
                 a = jax.device_put(jnp.asarray(host), NamedSharding(mesh, spec))
                 b = jax.device_put(jnp.ones((n, 1)), NamedSharding(mesh, P()))
                 for tile in args.tiles:
-                    T_A = n // ndev if tile == 0 else tile
+                    T_A = n // ndev if tile == 0 else None if tile < 0 else tile
                     if ndev == 1 and tile != args.tiles[0] and args.backend in (None, "jax"):
                         continue  # JAX's dense solvers take A whole: the tile changes nothing
                     kept, donated = jaxmg_programs(routine, a, b, T_A, args.backend)

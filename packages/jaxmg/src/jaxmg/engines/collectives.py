@@ -56,9 +56,12 @@ from .base import Engine
 
 _HIGHEST = lax.Precision.HIGHEST
 
-#: The widest tile the engine chooses by itself, and the most tiles (steps) it aims at.
+#: The widest tile the engine chooses by itself, and the most tiles (steps) it aims at; it
+#: chooses tiles of at most ``1 / PANEL`` of each device's columns (32 at the least), since a
+#: step's panel (``N x t``) and the temporaries made of it are held beside the block.
 DEFAULT_TILE = 256
 MAX_TILES = 64
+PANEL = 4
 #: How far a bucket's trailing order falls before the next bucket (:func:`_buckets`), and the
 #: most GEMMs a step's trailing update takes (:func:`_chunks`).
 SHRINK = 0.9
@@ -110,15 +113,17 @@ def potrf(a, position, *, axis, ndev, T_A, **_):
     device's slots from ``k0 // p``:
 
     1. the owner of tile ``k`` factors its diagonal block and solves the tile below it (under
-       ``lax.cond``: the other devices skip it) into ``X = M[c0:, tile k] L_kk^-H``, zero above
-       row ``k t + t``;
-    2. ``X`` reaches every device in one ``psum``, and the owner stores its column;
-    3. every device subtracts ``conj(X[my columns]) X^T`` from its window, in :func:`_chunks`
-       (the zero rows of ``X`` leave every finished or current column as it is).
+       ``lax.cond``: the other devices skip it) into ``X = L[c0:, tile k]``, zero above row
+       ``k t``;
+    2. ``X`` reaches every device in one ``psum``;
+    3. every device subtracts ``conj(X[g]) X^T`` from each of its later columns ``g`` in its
+       window, in :func:`_chunks` (the zero rows of ``X`` leave every finished column as it
+       is; what lands above the diagonal is zeroed at the end), and the owner stores ``X``.
     """
     t, (local, n) = T_A, a.shape
     steps, slots = n // t, local // t
     dtype = a.dtype
+    mine = jnp.asarray(_columns(ndev, local, t))[position]  # this device's global columns
 
     def body(k0, k, carry):
         f, info = carry
@@ -133,29 +138,25 @@ def potrf(a, position, *, axis, ndev, T_A, **_):
             x = lax.linalg.triangular_solve(
                 diagonal, raw, left_side=False, lower=True, transpose_a=True, conjugate_a=True
             )
-            x = jnp.where(rows >= lo + t, x, 0)
-            column = lax.dynamic_update_slice(x, diagonal, (lo - c0, 0)).T
-            return x, column, jnp.where(failed > 0, lo + failed, 0).astype(jnp.int32)
+            x = lax.dynamic_update_slice(jnp.where(rows >= lo, x, 0), diagonal, (lo - c0, 0))
+            return x, jnp.where(failed > 0, lo + failed, 0).astype(jnp.int32)
 
         def skip(f):
-            zero = jnp.zeros((width, t), dtype)
-            return zero, zero.T, jnp.int32(0)
+            return jnp.zeros((width, t), dtype), jnp.int32(0)
 
-        x, column, failed = lax.cond(position == owner, factor, skip, f)
+        x, failed = lax.cond(position == owner, factor, skip, f)
         info = jnp.where((info == 0) & (failed > 0), failed, info)
-        x = lax.psum(x, axis)
-        here = lax.dynamic_slice(f, (slot * t, c0), (t, width))
-        f = lax.dynamic_update_slice(f, jnp.where(position == owner, column, here), (slot * t, c0))
-        # X at this device's columns: its slots s >= s0 hold tiles s p + position
-        padded = jnp.concatenate([jnp.zeros((c0 - s0 * ndev * t, t), dtype), x])
-        padded = padded.reshape(slots - s0, ndev, t, t)
-        mine = lax.dynamic_index_in_dim(padded, position, 1, keepdims=False)
-        mine = jnp.conj(mine.reshape((slots - s0) * t, t))
+        x = lax.psum(x, axis)  # L[c0:, tile k], zero above row lo
+        # X at this device's later columns (its slots s >= s0 hold tiles s p + position),
+        # the diagonal block's rows zero (the owner's own tile k is stored below)
+        left = jnp.take(x, jnp.clip(mine[s0 * t :] - c0, 0, width - 1), axis=0)
+        left = jnp.conj(jnp.where(mine[s0 * t :, None] >= lo + t, left, 0))
         for first, last in _chunks(s0, slots):
             start = max(c0, first * ndev * t)
-            left = mine[(first - s0) * t : (last - s0) * t]
-            update = _mm(left, x[start - c0 :].T)
+            update = _mm(left[(first - s0) * t : (last - s0) * t], x[start - c0 :].T)
             f = f.at[first * t : last * t, start:].add(-update)
+        here = lax.dynamic_slice(f, (slot * t, c0), (t, width))
+        f = lax.dynamic_update_slice(f, jnp.where(position == owner, x.T, here), (slot * t, c0))
         return f, info
 
     carry = (a, jnp.int32(0))
@@ -425,8 +426,9 @@ class CollectiveEngine(Engine):
 
     def tile(self, T_A, n, ndev, routine, platform, caller, pad):
         """``T_A`` (at most ``N / p``), which must divide ``N / p``: the engine pads no tiles.
-        For ``None`` the widest tile dividing ``N / p`` up to :data:`DEFAULT_TILE`, or wider
-        where ``N`` would take more than :data:`MAX_TILES` tiles."""
+        For ``None`` the widest tile dividing ``N / p`` up to :data:`DEFAULT_TILE` and
+        ``N / (PANEL p)`` (not under 32), or wider where ``N`` would take more than
+        :data:`MAX_TILES` tiles."""
         s = n // ndev
         if T_A is not None:
             if T_A < s and s % T_A:
@@ -437,7 +439,7 @@ class CollectiveEngine(Engine):
                     f"{', '.join(map(str, divisors))}, {s} or more, or None."
                 )
             return min(T_A, s)
-        cap = max(DEFAULT_TILE, -(-n // MAX_TILES))
+        cap = max(min(DEFAULT_TILE, max(s // PANEL, 32)), -(-n // MAX_TILES))
         return max(t for t in range(1, min(cap, s) + 1) if s % t == 0)
 
     def participants(self, mesh, axes, platform, caller):

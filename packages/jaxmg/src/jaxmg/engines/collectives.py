@@ -331,16 +331,15 @@ def getrf(a, position, *, axis, ndev, T_A, **_):
         )
         # U's row tile k at this device's later columns, and the trailing update
         later = jnp.repeat(tiles[s0:] > k, t)[:, None]  # [L - s0 t, 1]
-        window = f[s0 * t :, c0:]
-        b = lax.dynamic_slice_in_dim(window, lo - c0, t, axis=1)  # M[tile k, mine]^T
+        b = lax.dynamic_slice(f, (s0 * t, lo), (local - s0 * t, t))  # M[tile k, mine]^T
         u = lax.linalg.triangular_solve(
             lu[:t], b, left_side=False, lower=True, transpose_a=True, unit_diagonal=True
         )
         u = jnp.where(later, u, 0)
-        below = jnp.where(row >= lo + t - c0, panel, 0)  # L[lo + t:, tile k]
-        window = window - _mm(u, below.T)
-        window = lax.dynamic_update_slice_in_dim(window, jnp.where(later, u, b), lo - c0, 1)
-        return f.at[s0 * t :, c0:].set(window), pivots, info
+        below = jnp.where(row >= lo + t - c0, panel, 0)  # L[c0:, tile k], zero to row lo + t
+        f = f.at[s0 * t :, c0:].add(-_mm(u, below.T))
+        f = lax.dynamic_update_slice(f, jnp.where(later, u, b), (s0 * t, lo))
+        return f, pivots, info
 
     carry = (a, jnp.zeros((local,), jnp.int32), jnp.int32(0))
     for k0, k1 in _buckets(steps):

@@ -7,7 +7,8 @@ measures whole programs, with ``A`` donated too), and the bytes the program's co
 receive per device against the 1D lower bound (``N^2 / 2`` elements: every panel below the
 diagonal, received once).
 
-    python benchmarks/collectives.py --cpu-devices 4 --n 1024 2048 4096
+    python benchmarks/collectives.py --cpu-devices 4 --n 2048 4096
+    python benchmarks/collectives.py --cpu-devices 4 --n 4096 --tile 16 --compile-only
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ def main(argv=None):
     p.add_argument("--tile", type=int, default=None, help="T_A (default: each engine's own)")
     p.add_argument("--cpu-devices", type=int, default=4)
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--compile-only", action="store_true", help="compile times alone, no runs")
     args = p.parse_args(argv)
     import jax
 
@@ -108,6 +110,9 @@ def main(argv=None):
                 start = time.perf_counter()
                 compiled = f.lower(A, b).compile()
                 compile_s = time.perf_counter() - start
+                if args.compile_only:
+                    rows[backend] = {"compile_s": round(compile_s, 2)}
+                    continue
                 x = np.asarray(compiled(A, b))
                 times = []
                 for _ in range(args.repeat):
@@ -128,19 +133,10 @@ def main(argv=None):
                         collective_bytes(compiled.as_text(), ndev) / bound, 2
                     )
                 rows[backend] = row
-            ratio = rows["jax"]["run_s"] / rows["mg"]["run_s"]
-            print(
-                json.dumps(
-                    {
-                        "routine": routine,
-                        "n": n,
-                        "devices": ndev,
-                        **rows,
-                        "jax_over_mg": round(ratio, 2),
-                    }
-                ),
-                flush=True,
-            )
+            row = {"routine": routine, "n": n, "devices": ndev, **rows}
+            if not args.compile_only:
+                row["jax_over_mg"] = round(rows["jax"]["run_s"] / rows["mg"]["run_s"], 2)
+            print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":

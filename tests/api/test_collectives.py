@@ -19,7 +19,7 @@ from matrices import hpd, mesh_of, random
 
 import jaxmg
 from jaxmg import engines
-from jaxmg.engines.collectives import _columns
+from jaxmg.engines.collectives import _columns, _inner, _rows
 
 SWEPT = pytest.mark.dtype_sweep
 DTYPES = [
@@ -40,8 +40,16 @@ def mesh():
 
 
 def size(ndev):
-    """``N`` with two tiles of 4 columns per device (``T_A=4``): several steps on each."""
+    """``N`` with 8 columns per device: ``T_A=4`` is two tiles of the layout per device, each two
+    of the engine's own (at most a quarter of a device's columns: 2), so that the engine's
+    order of tiles is not ``A``'s (:func:`engine_order`); with ``T_A=2`` it is."""
     return 8 * ndev
+
+
+def engine_order(n, ndev, T_A):
+    """The rows of ``A`` in the engine's order: its Cholesky factors ``A[rows][:, rows]``, its
+    LU ``A[:, rows]`` (LAPACK's ``info`` and pivots are those)."""
+    return _rows(n, ndev, T_A or n // ndev, _inner(T_A or n // ndev, n, ndev))
 
 
 def put(a, mesh, spec):
@@ -76,7 +84,7 @@ def test_potrs_against_numpy(mesh, dtype, form):
 
 
 def test_potrs_under_jit_with_the_engines_own_tile(mesh):
-    """``T_A=None``: the engine's tile (the whole block here, one tile per device)."""
+    """``T_A=None``: JAX's own blocks, which need no relayout, and the engine's own tiles."""
     n = size(mesh.size)
     a, b = hpd(n, np.complex128, seed=11), random(n, np.complex128, seed=12)[:, 0]
     x = jax.jit(lambda a, b: jaxmg.potrs(a, b, backend="jax"))(put(a, mesh, FORMS["cols"]), b)
@@ -103,22 +111,21 @@ def test_factor_solves_and_logdet(mesh, dtype, form):
 
 @pytest.mark.parametrize("dtype", [np.float64, np.complex128])
 @pytest.mark.parametrize("where", [0, 5, "last"])
-def test_not_positive_definite_gives_lapacks_info_and_nan(mesh, dtype, where):
+@pytest.mark.parametrize("T_A", [2, None])
+def test_not_positive_definite_gives_lapacks_info_and_nan(mesh, dtype, where, T_A):
+    """LAPACK's ``info`` of ``A`` in the engine's order of tiles (``A``'s own for ``T_A=2``)."""
     n = size(mesh.size)
     a = hpd(n, dtype, seed=5)
     k = n - 1 if where == "last" else where
     a[k, k] = -1.0
-    _, info = (
-        scipy.linalg.lapack.dpotrf(a.real)
-        if dtype == np.float64
-        else (
-            None,
-            scipy.linalg.lapack.zpotrf(a)[1],
-        )
-    )
+    rows = engine_order(n, mesh.size, T_A)
+    potrf = scipy.linalg.lapack.dpotrf if dtype == np.float64 else scipy.linalg.lapack.zpotrf
+    info = potrf(a[np.ix_(rows, rows)], lower=True)[1]
     assert info > 0
+    if T_A == 2:
+        assert info == potrf(a, lower=True)[1]
     x, status = jaxmg.potrs(
-        put(a, mesh, FORMS["cols"]), jnp.ones(n, dtype), 4, backend="jax", return_status=True
+        put(a, mesh, FORMS["cols"]), jnp.ones(n, dtype), T_A, backend="jax", return_status=True
     )
     assert int(status) == info
     assert np.isnan(np.asarray(x)).all()
@@ -226,8 +233,8 @@ def test_potri_of_a_matrix_not_positive_definite_is_nan(mesh):
     n = size(mesh.size)
     a = hpd(n, seed=14)
     a[6, 6] = -2.0
-    inverse, status = jaxmg.potri(put(a, mesh, FORMS["rows"]), 4, backend="jax", return_status=True)
-    assert int(status) == scipy.linalg.lapack.dpotrf(a)[1] > 0
+    inverse, status = jaxmg.potri(put(a, mesh, FORMS["rows"]), 2, backend="jax", return_status=True)
+    assert int(status) == scipy.linalg.lapack.dpotrf(a, lower=True)[1] > 0
     assert np.isnan(np.asarray(inverse)).all()
 
 
@@ -241,7 +248,7 @@ def pivoting(n, dtype, seed):
 def global_pivots(factor, mesh):
     """LAPACK's 1-based ``ipiv`` ``[N]`` from a factor's pivots (each device's own columns)."""
     ndev, local = mesh.size, factor.pivots.shape[0] // mesh.size
-    columns = _columns(ndev, local, 4)
+    columns = _columns(ndev, local, _inner(4, ndev * local, ndev))
     ipiv = np.zeros(columns.size, np.int64)
     ipiv[columns.ravel()] = np.asarray(factor.pivots)
     return ipiv
@@ -250,8 +257,9 @@ def global_pivots(factor, mesh):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("form", FORMS)
 def test_lu_against_scipy(mesh, dtype, form):
-    """Every ``trans``; with ``A`` by columns the factor's own pivots are LAPACK's (scipy's
-    ``?getrf`` of the same matrix: partial pivoting picks the same rows, blocked or not)."""
+    """Every ``trans``; with ``A`` by columns the factor's own pivots are LAPACK's of ``A``'s
+    columns in the engine's order (scipy's ``?getrf``: partial pivoting picks the same rows,
+    blocked or not)."""
     n = size(mesh.size)
     a = pivoting(n, dtype, seed=15)
     b = random(n, dtype, seed=16, cols=2)
@@ -261,19 +269,24 @@ def test_lu_against_scipy(mesh, dtype, form):
         x = np.asarray(jaxmg.lu_solve(factor, jnp.asarray(b), trans=trans))
         assert residual(op, x, b) < BOUND, trans
     if form == "cols":
-        _, piv = scipy.linalg.lu_factor(a)
+        _, piv = scipy.linalg.lu_factor(a[:, engine_order(n, mesh.size, 4)])
         np.testing.assert_array_equal(global_pivots(factor, mesh), piv + 1)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.complex128])
 @pytest.mark.parametrize("column", [0, 6, "last"])
-def test_singular_lu_gives_lapacks_info_and_nan(mesh, dtype, column):
+@pytest.mark.parametrize("T_A", [2, None])
+def test_singular_lu_gives_lapacks_info_and_nan(mesh, dtype, column, T_A):
+    """LAPACK's ``info`` of ``A``'s columns in the engine's order (``A``'s own for ``T_A=2``)."""
     n = size(mesh.size)
     a = pivoting(n, dtype, seed=17)
     a[:, n - 1 if column == "last" else column] = 0
-    info = (scipy.linalg.lapack.dgetrf if dtype == np.float64 else scipy.linalg.lapack.zgetrf)(a)[2]
+    getrf = scipy.linalg.lapack.dgetrf if dtype == np.float64 else scipy.linalg.lapack.zgetrf
+    info = getrf(a[:, engine_order(n, mesh.size, T_A)])[2]
     assert info > 0
-    factor = jaxmg.lu_factor(put(a, mesh, FORMS["cols"]), 4, backend="jax")
+    if T_A == 2:
+        assert info == getrf(a)[2]
+    factor = jaxmg.lu_factor(put(a, mesh, FORMS["cols"]), T_A, backend="jax")
     assert int(factor.status) == info
     assert np.isnan(np.asarray(jaxmg.lu_solve(factor, jnp.ones(n, dtype)))).all()
 
@@ -316,3 +329,18 @@ def test_lu_under_vmap_solves_a_batch_as_one_program(mesh):
     x = np.asarray(jax.jit(jax.vmap(solve))(put(a, mesh, P(None, None, "x")), jnp.asarray(b)))
     for i in range(3):
         assert residual(a[i], x[i], b[i]) < BOUND
+
+
+def test_buckets_of_steps_against_numpy(mesh, monkeypatch):
+    """The factorisations' steps in several loops of their own shapes (at the suite's sizes
+    they run in one: ``SMALL``), on a size no other test traces (jaxmg caches its programs)."""
+    monkeypatch.setattr(engines.collectives, "SMALL", 0)
+    n = 12 * mesh.size  # tiles of 3, in the engine's order
+    h, a, b = hpd(n, seed=22), pivoting(n, np.float64, seed=23), random(n, seed=24, cols=2)
+    assert len(engines.collectives._buckets(n // 3, 3)) > 3
+    x = jaxmg.potrs(put(h, mesh, FORMS["rows"]), jnp.asarray(b), backend="jax")
+    assert residual(h, np.asarray(x), b) < BOUND
+    lu = jaxmg.lu_factor(put(a, mesh, FORMS["cols"]), backend="jax")
+    assert residual(a, np.asarray(jaxmg.lu_solve(lu, jnp.asarray(b))), b) < BOUND
+    inverse = np.asarray(jaxmg.potri(put(h, mesh, FORMS["rows"]), backend="jax"))
+    np.testing.assert_allclose(inverse, np.linalg.inv(h), rtol=1e-10, atol=1e-12)

@@ -62,9 +62,11 @@ _HIGHEST = lax.Precision.HIGHEST
 DEFAULT_TILE = 256
 MAX_TILES = 64
 PANEL = 4
-#: How far a bucket's trailing order falls before the next bucket (:func:`_buckets`), and the
-#: most GEMMs a step's trailing update takes (:func:`_chunks`).
+#: How far a bucket's trailing order falls before the next bucket (:func:`_buckets`), the
+#: trailing order under which the rest is one bucket, and the most GEMMs a step's trailing
+#: update takes (:func:`_chunks`).
 SHRINK = 0.9
+SMALL = 512
 CHUNKS = 8
 
 
@@ -86,13 +88,16 @@ def _owned(position, owner, x):
     return jnp.where(position == owner, x, jnp.zeros_like(x))
 
 
-def _buckets(steps: int) -> list[tuple[int, int]]:
+def _buckets(steps: int, t: int) -> list[tuple[int, int]]:
     """The steps ``[k0, k1)`` that share one loop body, with the static shapes of step ``k0``'s
     trailing matrix: a bucket ends once the trailing order has fallen to :data:`SHRINK` of its
-    start's, so that a step does at most ``1 / SHRINK^2`` its own flops."""
+    start's, so that a step does at most ``1 / SHRINK^2`` its own flops; from a trailing order
+    of :data:`SMALL` (tiles of ``t``), where the flops are few and compiling a loop body per
+    bucket is what costs, the rest is one bucket."""
     out, k0 = [], 0
     while k0 < steps:
-        k1 = min(steps, max(k0 + 1, math.ceil(steps - SHRINK * (steps - k0))))
+        small = (steps - k0) * t <= SMALL
+        k1 = steps if small else max(k0 + 1, math.ceil(steps - SHRINK * (steps - k0)))
         out.append((k0, k1))
         k0 = k1
     return out
@@ -105,8 +110,35 @@ def _chunks(first: int, slots: int) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
 
 
+def _inner(T: int, n: int, ndev: int) -> int:
+    """The engine's own tile inside the layout's tile ``T``: the widest divisor of ``T`` up to
+    :data:`DEFAULT_TILE` and ``1 / PANEL`` of each device's columns, or wider where ``N``
+    would take more than :data:`MAX_TILES` tiles."""
+    cap = max(min(DEFAULT_TILE, max(n // ndev // PANEL, 1)), -(-n // MAX_TILES))
+    return max(t for t in range(1, min(cap, T) + 1) if T % t == 0)
+
+
+@functools.lru_cache(maxsize=64)
+def _order(n: int, ndev: int, T: int, t: int) -> np.ndarray:
+    """``[N / t]``: the tile of ``M`` the engine takes at step ``k``. The layout's tile ``T``
+    holds ``r = T / t`` of the engine's; local tile ``j`` of device ``d`` is the engine's tile
+    ``j p + d`` (block-cyclic over the devices, whatever ``T``) and ``M``'s tile ``((j // r) p
+    + d) r + j % r``. The identity where ``r = 1``."""
+    k = np.arange(n // t)
+    r, d, j = T // t, k % ndev, k // ndev
+    return ((j // r) * ndev + d) * r + j % r
+
+
+def _rows(n: int, ndev: int, T: int, t: int) -> np.ndarray:
+    """``[N]``: the row (or column) of ``M`` at each row of the engine's order."""
+    return (_order(n, ndev, T, t)[:, None] * t + np.arange(t)).ravel()
+
+
 def potrf(a, position, *, axis, ndev, T_A, **_):
-    """The Cholesky factor, distributed: ``(factor, status)`` as ``jaxmg_cuda.mg_potrf``.
+    """The Cholesky factor, distributed: ``(factor, status)`` as ``jaxmg_cuda.mg_potrf``: of
+    ``M' = Pi M Pi^T``, the engine's order of ``M``'s tiles (:func:`_order`), whose rows each
+    device permutes in its own storage first and back at the end (no communication), so that
+    its factor's columns and rows are where ``M``'s are.
 
     A ``lax.fori_loop`` per bucket of steps (:func:`_buckets`); step ``k`` of a bucket
     starting at ``k0``, whose trailing window is the columns from ``c0 = k0 t`` and this
@@ -120,7 +152,12 @@ def potrf(a, position, *, axis, ndev, T_A, **_):
        window, in :func:`_chunks` (the zero rows of ``X`` leave every finished column as it
        is; what lands above the diagonal is zeroed at the end), and the owner stores ``X``.
     """
-    t, (local, n) = T_A, a.shape
+    local, n = a.shape
+    t = _inner(T_A, n, ndev)
+    order = _rows(n, ndev, T_A, t)
+    permuted = T_A != t
+    if permuted:
+        a = a[:, order]
     steps, slots = n // t, local // t
     dtype = a.dtype
     mine = jnp.asarray(_columns(ndev, local, t))[position]  # this device's global columns
@@ -160,7 +197,7 @@ def potrf(a, position, *, axis, ndev, T_A, **_):
         return f, info
 
     carry = (a, jnp.int32(0))
-    for k0, k1 in _buckets(steps):
+    for k0, k1 in _buckets(steps, t):
         carry = lax.fori_loop(k0, k1, functools.partial(body, k0), carry)
     f, info = carry
     info = _first_failure(info, axis, n)  # each device knows those of its own tiles
@@ -169,10 +206,14 @@ def potrf(a, position, *, axis, ndev, T_A, **_):
     column_of_row = jnp.asarray(_columns(ndev, local, t))[position][:, None]
     upper = jnp.arange(n)[None, :] < column_of_row - column_of_row % t
     f = jnp.where(info == 0, jnp.where(upper, 0, f), jnp.full_like(f, jnp.nan))
+    if permuted:
+        f = f[:, np.argsort(order)]
     return f, info.reshape(1)
 
 
-def _sweep(f, rhs, position, axis, ndev, t, *, by_rows, lower, unit=False, conj=False, back=False):
+def _sweep(
+    f, rhs, position, axis, ndev, t, *, by_rows, lower, at, unit=False, conj=False, back=False
+):
     """``op(T)^-1 rhs`` for the triangular ``T`` whose column tiles are the distributed ``f``
     (``T``'s lower or upper triangle, ``lower``; unit diagonal, ``unit``), ``rhs`` ``[N, k]``
     and the result the same on every device: a ``lax.fori_loop`` over the tiles, forwards or
@@ -183,19 +224,24 @@ def _sweep(f, rhs, position, axis, ndev, t, *, by_rows, lower, unit=False, conj=
     Otherwise ``op(T) = T^T`` (``T^H`` with ``conj``), whose row tile ``k`` is ``T``'s column
     tile ``k``: its owner alone computes the partial sum. Either way the diagonal block comes
     from its owner in the same ``psum``.
+
+    ``at`` says where tile ``k`` is: ``(rows, rhs, out)``, the first row of ``T``'s row tile
+    ``k`` in ``f``'s storage, of ``rhs``'s tile ``k`` and of the result's, each ``[N / t]``
+    (by columns the result is read with ``T``'s rows: ``out`` must be ``rows``).
     """
     local, n = f.shape
     steps, k_rhs = n // t, rhs.shape[1]
+    rows_at, rhs_at, out_at = (jnp.asarray(v, jnp.int32) for v in at)
 
     def step(i, carry):
         y = carry[0]
         k = steps - 1 - i if back else i
-        owner, slot, lo = k % ndev, k // ndev, k * t
+        owner, slot = k % ndev, k // ndev
         column = lax.dynamic_slice_in_dim(f, slot * t, t)  # T[:, tile k]^T on its owner
-        diagonal = lax.dynamic_slice_in_dim(column, lo, t, axis=1).T
+        diagonal = lax.dynamic_slice_in_dim(column, rows_at[k], t, axis=1).T
         if by_rows:
             mine = carry[1]  # the solution at this device's columns
-            partial = _mm(lax.dynamic_slice_in_dim(f, lo, t, axis=1).T, mine)
+            partial = _mm(lax.dynamic_slice_in_dim(f, rows_at[k], t, axis=1).T, mine)
             send = jnp.concatenate([partial, _owned(position, owner, diagonal)], 1)
         else:
             partial = _mm(jnp.conj(column) if conj else column, y)
@@ -203,14 +249,14 @@ def _sweep(f, rhs, position, axis, ndev, t, *, by_rows, lower, unit=False, conj=
         summed = lax.psum(send, axis)
         y_k = lax.linalg.triangular_solve(
             summed[:, k_rhs:],
-            lax.dynamic_slice_in_dim(rhs, lo, t) - summed[:, :k_rhs],
+            lax.dynamic_slice_in_dim(rhs, rhs_at[k], t) - summed[:, :k_rhs],
             left_side=True,
             lower=lower,
             transpose_a=not by_rows,
             conjugate_a=conj,
             unit_diagonal=unit,
         )
-        y = lax.dynamic_update_slice_in_dim(y, y_k, lo, 0)
+        y = lax.dynamic_update_slice_in_dim(y, y_k, out_at[k], 0)
         if not by_rows:
             return (y,)
         here = lax.dynamic_slice_in_dim(mine, slot * t, t)
@@ -223,10 +269,16 @@ def _sweep(f, rhs, position, axis, ndev, t, *, by_rows, lower, unit=False, conj=
     return lax.fori_loop(0, steps, step, carry)[0]
 
 
-def _solve(f, rhs, position, axis, ndev, t):
-    """``(L L^H)^-1 rhs`` for the distributed Cholesky factor ``f`` (``rhs`` ``[N, k]``, the
-    same on every device)."""
-    sweep = functools.partial(_sweep, f, position=position, axis=axis, ndev=ndev, t=t, lower=True)
+def _solve(f, rhs, position, axis, ndev, T):
+    """``M^-1 rhs`` for the distributed Cholesky factor ``f`` of :func:`potrf` (``rhs`` ``[N,
+    k]``, the same on every device): ``L' L'^H`` of ``M' = Pi M Pi^T``, whose tile ``k`` is
+    ``M``'s tile ``_order[k]`` in ``f``'s rows, ``rhs`` and the result alike."""
+    n = f.shape[1]
+    t = _inner(T, n, ndev)
+    at = (_order(n, ndev, T, t) * t,) * 3
+    sweep = functools.partial(
+        _sweep, f, position=position, axis=axis, ndev=ndev, t=t, lower=True, at=at
+    )
     y = sweep(rhs, by_rows=True)
     return sweep(y, by_rows=False, conj=True, back=True)
 
@@ -249,7 +301,7 @@ def potri_factored(factor, position, *, axis, ndev, T_A, **_):
     """Inverse from a factor of :func:`potrf`: ``(inverse, status)``, the whole of each
     device's columns of ``M^-1`` (the caller reads its lower triangle)."""
     local, n = factor.shape
-    solve = functools.partial(_solve, factor, position=position, axis=axis, ndev=ndev, t=T_A)
+    solve = functools.partial(_solve, factor, position=position, axis=axis, ndev=ndev, T=T_A)
     inverse = _each_devices_columns(solve, position, ndev, n, local, T_A, factor.dtype)
     return inverse, jnp.zeros((1,), jnp.int32)
 
@@ -285,7 +337,8 @@ def getrf(a, position, *, axis, ndev, T_A, **_):
     4. every device solves its later columns' ``U`` row tile with ``L_kk`` and subtracts
        ``L[:, tile k] U[tile k, mine]`` from its window: one GEMM.
     """
-    t, (local, n) = T_A, a.shape
+    local, n = a.shape
+    t = _inner(T_A, n, ndev)
     steps = n // t
     dtype = a.dtype
     tiles = jnp.asarray(_columns(ndev, local, t))[position][::t] // t  # each slot's tile
@@ -342,7 +395,7 @@ def getrf(a, position, *, axis, ndev, T_A, **_):
         return f, pivots, info
 
     carry = (a, jnp.zeros((local,), jnp.int32), jnp.int32(0))
-    for k0, k1 in _buckets(steps):
+    for k0, k1 in _buckets(steps, t):
         carry = lax.fori_loop(k0, k1, functools.partial(body, k0), carry)
     f, pivots, info = carry
     info = _first_failure(info, axis, n)
@@ -357,23 +410,26 @@ def _global_pivots(pivots, position, axis, ndev, n, t):
 
 
 def getrs(lu, pivots, b, position, *, axis, ndev, T_A, trans="N", **_):
-    """Solve ``op(A) x = b`` with a factor of :func:`getrf`: ``(x, status)``; ``trans``
-    ``"N"`` (``L U x = P b``), ``"T"`` or ``"C"`` (``op(U) op(L) P x = b``), each as two
-    sweeps (:func:`_sweep`) over the distributed factor."""
+    """Solve ``op(A) x = b`` with a factor of :func:`getrf`, of ``B = M Pi^T`` (``M``'s
+    columns in the engine's order): ``(x, status)``. ``trans`` ``"N"``: ``L U y = P b``, ``x =
+    Pi^T y``; ``"T"`` and ``"C"``: ``op(U) op(L) P x = Pi b``; each as two sweeps
+    (:func:`_sweep`) over the distributed factor."""
     if trans not in ("N", "T", "C"):
         raise ValueError(f"trans must be 'N', 'T' or 'C', got {trans!r}")
     n = lu.shape[1]
-    ipiv = _global_pivots(pivots, position, axis, ndev, n, T_A)
-    perm = lax.linalg.lu_pivots_to_permutation(ipiv, n)  # (P A)[i] = A[perm[i]]
-    sweep = functools.partial(_sweep, lu, position=position, axis=axis, ndev=ndev, t=T_A)
+    t = _inner(T_A, n, ndev)
+    ipiv = _global_pivots(pivots, position, axis, ndev, n, t)
+    perm = lax.linalg.lu_pivots_to_permutation(ipiv, n)  # (P B)[i] = B[perm[i]]
+    natural, ordered = np.arange(n // t) * t, _order(n, ndev, T_A, t) * t
+    sweep = functools.partial(_sweep, lu, position=position, axis=axis, ndev=ndev, t=t)
     rhs = b.T
     if trans == "N":
-        y = sweep(rhs[perm], by_rows=True, lower=True, unit=True)
-        x = sweep(y, by_rows=True, lower=False, back=True)
+        y = sweep(rhs[perm], by_rows=True, lower=True, unit=True, at=(natural,) * 3)
+        x = sweep(y, by_rows=True, lower=False, back=True, at=(natural, natural, ordered))
     else:
         conj = trans == "C"
-        y = sweep(rhs, by_rows=False, lower=False, conj=conj)
-        y = sweep(y, by_rows=False, lower=True, unit=True, conj=conj, back=True)
+        y = sweep(rhs, by_rows=False, lower=False, conj=conj, at=(natural, ordered, natural))
+        y = sweep(y, by_rows=False, lower=True, unit=True, conj=conj, back=True, at=(natural,) * 3)
         x = jnp.zeros_like(y).at[perm].set(y, unique_indices=True)
     return x.T, jnp.zeros((1,), jnp.int32)
 
@@ -424,10 +480,9 @@ class CollectiveEngine(Engine):
         )
 
     def tile(self, T_A, n, ndev, routine, platform, caller, pad):
-        """``T_A`` (at most ``N / p``), which must divide ``N / p``: the engine pads no tiles.
-        For ``None`` the widest tile dividing ``N / p`` up to :data:`DEFAULT_TILE` and
-        ``N / (PANEL p)`` (not under 32), or wider where ``N`` would take more than
-        :data:`MAX_TILES` tiles."""
+        """The layout's tile: ``T_A`` (at most ``N / p``), which must divide ``N / p`` (the
+        engine pads no tiles), or for ``None`` ``N / p``, JAX's own blocks, which need no
+        relayout. The engine steps through tiles of its own inside it (:func:`_inner`)."""
         s = n // ndev
         if T_A is not None:
             if T_A < s and s % T_A:
@@ -438,8 +493,7 @@ class CollectiveEngine(Engine):
                     f"{', '.join(map(str, divisors))}, {s} or more, or None."
                 )
             return min(T_A, s)
-        cap = max(min(DEFAULT_TILE, max(s // PANEL, 32)), -(-n // MAX_TILES))
-        return max(t for t in range(1, min(cap, s) + 1) if s % t == 0)
+        return s
 
     def participants(self, mesh, axes, platform, caller):
         (axis,) = axes

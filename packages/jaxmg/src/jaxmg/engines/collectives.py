@@ -7,9 +7,19 @@ derivatives come from JAX.
 
 The operand contract is the native engines' (packages/jaxmg-cuda/README.md): each device holds
 ``a`` ``[L, N]``, the column-major storage of its column tiles of the matrix ``M`` the solver
-sees, global tile ``k`` (columns ``k t .. (k + 1) t``) on device ``k mod p`` at local slot
-``k // p``. The engine takes tiles ``t`` that divide ``N / p`` (:meth:`CollectiveEngine.tile`),
-so there is no padding: ``L = N / p``, and the ``K = N / t`` tiles are all whole.
+sees, the layout's tile ``K`` (of ``T`` columns) on device ``K mod p`` at local slot
+``K // p``. The layout's tile divides ``N / p`` (:meth:`CollectiveEngine.tile`), so there is no
+padding, and by default it is ``N / p``: JAX's own blocks, which no relayout moves.
+
+The engine's order. The engine steps through tiles of its own, ``t`` dividing ``T``
+(:func:`_inner`: at most a quarter of a device's columns, so that a step's panel is small
+beside the block), and takes them block-cyclically over the devices whatever ``T``: step ``k``
+is local tile ``k // p`` of device ``k mod p``, which is ``M``'s tile ``_order[k]``
+(:func:`_order`; the identity where ``t = T``). So it factors a permutation of ``M`` in which
+every device holds its columns where JAX put them: Cholesky ``M' = Pi M Pi^T`` (its rows
+permuted in each device's own storage, and back at the end), LU ``B = M Pi^T`` (nothing moves);
+the solves place each tile where ``M`` has it. LAPACK's ``info`` (and LU's pivots) are those
+of ``M'`` (``B``): ``M``'s own where ``t = T``.
 
 Cholesky (:func:`potrf`): right-looking, one tile of columns at a time, in a ``lax.fori_loop``
 per bucket of steps (:func:`_buckets`): a bucket's steps share the static shapes of its first
@@ -57,8 +67,8 @@ from .base import Engine
 _HIGHEST = lax.Precision.HIGHEST
 
 #: The widest tile the engine chooses by itself, and the most tiles (steps) it aims at; it
-#: chooses tiles of at most ``1 / PANEL`` of each device's columns (32 at the least), since a
-#: step's panel (``N x t``) and the temporaries made of it are held beside the block.
+#: chooses tiles of at most ``1 / PANEL`` of each device's columns, since a step's panel
+#: (``N x t``) and the temporaries made of it are held beside the block.
 DEFAULT_TILE = 256
 MAX_TILES = 64
 PANEL = 4

@@ -8,6 +8,7 @@ programs exported for TPU and ROCm that hold no jaxmg target, the calls inside a
 """
 
 import re
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +21,7 @@ from matrices import hpd, mesh_of, random
 import jaxmg
 from jaxmg import engines
 from jaxmg.engines.collectives import _columns, _inner, _rows
+from jaxmg.solvers import hermitian
 
 SWEPT = pytest.mark.dtype_sweep
 DTYPES = [
@@ -344,3 +346,58 @@ def test_buckets_of_steps_against_numpy(mesh, monkeypatch):
     assert residual(a, np.asarray(jaxmg.lu_solve(lu, jnp.asarray(b))), b) < BOUND
     inverse = np.asarray(jaxmg.potri(put(h, mesh, FORMS["rows"]), backend="jax"))
     np.testing.assert_allclose(inverse, np.linalg.inv(h), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("routine", ["cho_factor", "lu_factor", "potri"])
+def test_donated_a_is_the_results_buffer(mesh, routine):
+    """``donate=True``: the program hands ``A``'s buffer to the factor (the inverse), with no
+    'donated buffers were not usable' warning, consumes ``A``, and the results match numpy."""
+    n = size(mesh.size)
+    h = hpd(n, seed=25)
+    a = put(h, mesh, FORMS["rows"])
+    task = {"cho_factor": "potrs", "lu_factor": "getrf"}.get(routine, routine)
+    call, _ = hermitian._prepare(
+        a, None, mesh, FORMS["rows"], False, "native", True, "t", task, "jax"
+    )
+    program, args = {
+        "cho_factor": (hermitian._potrf_donated, (call, a)),
+        "lu_factor": (hermitian._getrf_donated, (call, a)),
+        "potri": (hermitian._potri_donated, (call, True, a)),
+    }[routine]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        header = program.lower(*args).compile().as_text().splitlines()[0]
+    assert re.search(r"\{\d*\}: \(0, \{\}, (may|must)-alias\)", header), header
+    b = random(n, seed=26)[:, 0]
+    result = getattr(jaxmg, routine)(a, backend="jax", donate=True)
+    assert a.is_deleted()
+    if routine == "potri":
+        np.testing.assert_allclose(np.asarray(result), np.linalg.inv(h), rtol=1e-10, atol=1e-12)
+    else:
+        solve = jaxmg.cho_solve if routine == "cho_factor" else jaxmg.lu_solve
+        assert residual(h, np.asarray(solve(result, jnp.asarray(b))), b) < BOUND
+
+
+def test_jvp_against_finite_differences(mesh):
+    """Forward derivatives of ``potrs`` and ``lu_solve`` along a direction of ``A``, against
+    central differences of the solves themselves."""
+    n = size(mesh.size)
+    h, g, b = hpd(n, seed=27), pivoting(n, np.float64, seed=28), random(n, seed=29)[:, 0]
+    dh = random(n, seed=30)
+    dh = (dh + dh.T) / 2
+    dg = random(n, seed=31)
+
+    def potrs(a):
+        return jaxmg.potrs(a, jnp.asarray(b), 4, backend="jax")
+
+    def lu(a):
+        return jaxmg.lu_solve(jaxmg.lu_factor(a, 4, backend="jax"), jnp.asarray(b), trans=2)
+
+    eps = 1e-6
+    for solve, a, da, form in ((potrs, h, dh, "rows"), (lu, g, dg, "cols")):
+        _, tangent = jax.jvp(solve, (put(a, mesh, FORMS[form]),), (put(da, mesh, FORMS[form]),))
+        ahead = np.asarray(solve(put(a + eps * da, mesh, FORMS[form])))
+        behind = np.asarray(solve(put(a - eps * da, mesh, FORMS[form])))
+        np.testing.assert_allclose(
+            np.asarray(tangent), (ahead - behind) / (2 * eps), rtol=1e-6, atol=1e-8
+        )

@@ -147,11 +147,54 @@ def _rows(n: int, ndev: int, T: int, t: int) -> np.ndarray:
     return (_order(n, ndev, T, t)[:, None] * t + np.arange(t)).ravel()
 
 
+@functools.lru_cache(maxsize=64)
+def _cycles(order: tuple[int, ...]) -> np.ndarray:
+    """``[m, 2]``: the steps ``(tile, write)`` that put tile ``order[i]`` at tile ``i``, one cycle
+    of the permutation at a time: a step takes the tile at ``tile`` and, where ``write``, puts
+    the tile taken by the step before in its place. A cycle ``c0 -> c1 -> ... -> cl`` (``ci``
+    takes ``c(i+1)``'s tile, ``cl`` takes ``c0``'s) is ``c0`` unwritten, then ``cl`` down to
+    ``c0`` written."""
+    steps, seen = [], [False] * len(order)
+    for first in range(len(order)):
+        if seen[first] or order[first] == first:
+            continue
+        cycle, i = [], first
+        while not seen[i]:
+            seen[i] = True
+            cycle.append(i)
+            i = order[i]
+        steps += [(first, 0)] + [(i, 1) for i in reversed(cycle)]
+    return np.asarray(steps, np.int32).reshape(-1, 2)
+
+
+def _permute_rows(f, order, t):
+    """``f`` with its tiles of ``t`` columns (rows of the matrix it stores) in ``order``: column
+    tile ``i`` becomes ``f``'s tile ``order[i]``. In place, one tile at a time along the cycles of
+    the permutation (:func:`_cycles`), so that nothing of ``f``'s size is held twice: each step
+    writes the tile it holds and reads the next step's tile from what it wrote, so no read of
+    ``f`` waits on a write to it (else XLA copies ``f``)."""
+    steps = _cycles(tuple(int(i) for i in order))
+    if not len(steps):
+        return f
+    table = jnp.asarray(steps)
+
+    def step(i, carry):
+        f, held, here = carry  # here: the tile at step i's place, taken before it is written
+        place, write = table[i, 0], table[i, 1]
+        f = lax.dynamic_update_slice_in_dim(f, jnp.where(write == 1, held, here), place * t, 1)
+        following = table[jnp.minimum(i + 1, len(steps) - 1), 0]
+        return f, here, lax.dynamic_slice_in_dim(f, following * t, t, axis=1)
+
+    first = lax.dynamic_slice_in_dim(f, int(steps[0, 0]) * t, t, axis=1)
+    return lax.fori_loop(0, len(steps), step, (f, jnp.zeros_like(first), first))[0]
+
+
 def potrf(a, position, *, axis, ndev, T_A, **_):
     """The Cholesky factor, distributed: ``(factor, status)`` as ``jaxmg_cuda.mg_potrf``: of
     ``M' = Pi M Pi^T``, the engine's order of ``M``'s tiles (:func:`_order`), whose rows each
-    device permutes in its own storage first and back at the end (no communication), so that
-    its factor's columns and rows are where ``M``'s are.
+    device permutes in its own storage first and back at the end, in place
+    (:func:`_permute_rows`; no communication), so that its factor's columns and rows are where
+    ``M``'s are.
 
     A ``lax.fori_loop`` per bucket of steps (:func:`_buckets`); step ``k`` of a bucket
     starting at ``k0``, whose trailing window is the columns from ``c0 = k0 t`` and this
@@ -167,10 +210,10 @@ def potrf(a, position, *, axis, ndev, T_A, **_):
     """
     local, n = a.shape
     t = _inner(T_A, n, ndev)
-    order = _rows(n, ndev, T_A, t)
+    order = _order(n, ndev, T_A, t)
     permuted = T_A != t
     if permuted:
-        a = a[:, order]
+        a = _permute_rows(a, order, t)
     steps, slots = n // t, local // t
     dtype = a.dtype
     mine = jnp.asarray(_columns(ndev, local, t))[position]  # this device's global columns
@@ -214,13 +257,14 @@ def potrf(a, position, *, axis, ndev, T_A, **_):
         carry = lax.fori_loop(k0, k1, functools.partial(body, k0), carry)
     f, info = carry
     info = _first_failure(info, axis, n)  # each device knows those of its own tiles
-    # the factor is lower: zero what the loop left of the upper triangle (columns before the
-    # bucket that factored each tile)
-    column_of_row = jnp.asarray(_columns(ndev, local, t))[position][:, None]
-    upper = jnp.arange(n)[None, :] < column_of_row - column_of_row % t
-    f = jnp.where(info == 0, jnp.where(upper, 0, f), jnp.full_like(f, jnp.nan))
     if permuted:
-        f = f[:, np.argsort(order)]
+        f = _permute_rows(f, np.argsort(order), t)
+    # the factor is lower: zero what the loop left of the upper triangle (columns before the
+    # bucket that factored each tile), last, so that XLA does it in place
+    column_of_row = jnp.asarray(_columns(ndev, local, t))[position][:, None]
+    row = np.argsort(_rows(n, ndev, T_A, t))  # the engine's row at each of f's
+    upper = jnp.asarray(row)[None, :] < column_of_row - column_of_row % t
+    f = jnp.where(info == 0, jnp.where(upper, 0, f), jnp.full_like(f, jnp.nan))
     return f, info.reshape(1)
 
 

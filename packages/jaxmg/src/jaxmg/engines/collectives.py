@@ -212,10 +212,8 @@ def potrf(a, position, *, axis, ndev, T_A, **_):
     """
     local, n = a.shape
     t = _inner(T_A, n, ndev)
-    order = _order(n, ndev, T_A, t)
-    permuted = T_A != t
-    if permuted:
-        a = _permute_rows(a, order, t)
+    order = _order(n, ndev, T_A, t)  # the identity where t = T_A: nothing moves
+    a = _permute_rows(a, order, t)
     steps, slots = n // t, local // t
     dtype = a.dtype
     mine = jnp.asarray(_columns(ndev, local, t))[position]  # this device's global columns
@@ -259,8 +257,7 @@ def potrf(a, position, *, axis, ndev, T_A, **_):
         carry = lax.fori_loop(k0, k1, functools.partial(body, k0), carry)
     f, info = carry
     info = _first_failure(info, axis, n)  # each device knows those of its own tiles
-    if permuted:
-        f = _permute_rows(f, np.argsort(order), t)
+    f = _permute_rows(f, np.argsort(order), t)
     # the factor is lower: zero what the loop left of the upper triangle (columns before the
     # bucket that factored each tile), last, so that XLA does it in place
     column_of_row = jnp.asarray(_columns(ndev, local, t))[position][:, None]

@@ -13,14 +13,19 @@ crash loses one group, not the table) and merges their rows into its results fil
   on the H100); cho_factor + cho_solve (with logdet) and cho_solve with a given factor,
   N=16384; a Gaussian process likelihood's value_and_grad, N=8192 (its kernel matrix built on
   the mesh, as in ``benchmarks/autodiff.py``).
+- ``blocked``: potrs float64 N=32768 by backend ``"jax"``'s engine of XLA collectives forced
+  on one device (``blocked``: on one device ``backend="jax"`` takes JAX's own dense solvers),
+  against JAX's ``cho_factor`` + ``cho_solve``: the GEMM-bound efficiency each device of
+  several would bring (issue 47 aims at 1.25x JAX's time).
 - ``scaling`` (more than one device): potrs N=32768 and syevd N=8192 on 1, 2, 4, 8 devices (as
   many as there are), and ``relayout="native"`` against ``"jax"`` on all of them.
 
 Variants of each case: ``jax`` (JAX's own solver on one device: ``cho_factor``/``cho_solve``,
 ``eigh``, ``eigvalsh``, ``solve``), ``default`` (jaxmg, ``backend=None``: on a one-device mesh
 JAX's own solvers inside jaxmg's programs, once issue 24's one-device path is in; before that,
-cuSolverMg) and ``mg`` (``backend="mg"``: cuSolverMg, or its LAPACK twin on CPUs, whatever the
-device count). Each row says how many of jaxmg's native calls its compiled program holds
+cuSolverMg), ``mg`` (``backend="mg"``: cuSolverMg, or its LAPACK twin on CPUs, whatever the
+device count) and, in the ``blocked`` group, ``blocked`` (the engine of collectives on one
+device). Each row says how many of jaxmg's native calls its compiled program holds
 (``native_calls``), so the table shows which engine ran.
 
 Method (as ``benchmarks/solvers.py``): the program is compiled once ahead of time (its compile
@@ -62,7 +67,7 @@ import warnings
 
 from _common import program_memory, timed
 
-GROUPS = ("potrs", "syevd", "factored", "scaling")
+GROUPS = ("potrs", "blocked", "syevd", "factored", "scaling")
 RESIDUAL_LIMIT = 30.0
 GRADIENT_TOLERANCE = 1e-6  # float64: jaxmg's likelihood and gradient against JAX's
 SMOKE_DIVISOR = 128
@@ -74,7 +79,8 @@ class Case:
 
     routine: str  # potrs, syevd, syevd_values, lu_solve, cho_factor_solve, cho_solve, gp
     n: int
-    variant: str  # "jax": JAX on one device; "default": jaxmg, backend=None; "mg": backend="mg"
+    variant: str  # "jax": JAX on one device; "default": jaxmg, backend=None; "mg": backend="mg";
+    # "blocked": backend "jax"'s engine of collectives forced on one device
     dtype: str = "float64"
     T_A: int | None = None
     ndev: int = 1
@@ -109,6 +115,8 @@ def plan(group: str, ndev: int) -> list[Case]:
             *variants("potrs", 32768, "float32"),
             *variants("potrs", 16384, tiles=(None, 1024)),
         ]
+    if group == "blocked":
+        return [Case("potrs", 32768, "jax"), Case("potrs", 32768, "blocked")]
     if group == "syevd":
         return [*variants("syevd", 8192), *variants("syevd_values", 8192)]
     if group == "factored":
@@ -233,7 +241,7 @@ class Bench:
         import jaxmg
 
         on_jax = case.variant == "jax"
-        ndev = 0 if on_jax else case.ndev
+        ndev = 0 if case.variant in ("jax", "blocked") else case.ndev
         kw = dict(relayout=case.relayout, backend="mg" if case.variant == "mg" else None)
         r = case.routine
         if r == "gp":
@@ -244,6 +252,8 @@ class Bench:
         a0, b0 = self.matrix(kind.get(r, "hpd"), case.n, case.dtype, 0)
         solve_check = residual_check(a0, b0, self.devices[0])
         if r == "potrs":
+            if case.variant == "blocked":
+                return blocked_potrs(self.devices[0]), (a, b), solve_check
             if on_jax:
                 return (
                     jax.jit(lambda a, b: jsl.cho_solve(jsl.cho_factor(a, lower=True), b)),
@@ -444,6 +454,32 @@ class Bench:
             row["traceback"] = traceback.format_exc()[-3000:]
             row["passed"] = False
         return row
+
+
+def blocked_potrs(device):
+    """``potrs`` by backend ``"jax"``'s engine of collectives (:mod:`jaxmg.engines.collectives`)
+    on a mesh of ``device`` alone, called as jaxmg's programs call an engine: the local block in
+    the native storage (a symmetric ``A`` is its own), ``b`` as rows. On one device
+    ``backend="jax"`` takes JAX's own solvers, so this is the only way to time the blocked
+    algorithm there."""
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh, PartitionSpec as P
+
+    from jaxmg.engines import collectives
+
+    def local(a, b):
+        position = jax.lax.axis_index("x")
+        n = a.shape[0]
+        _, x_rows, status = collectives.potrs(a, b.T, position, axis="x", ndev=1, T_A=n)
+        return x_rows.T, status
+
+    mesh = Mesh(np.array([device]), ("x",))
+    spec = P(None, "x")  # varying over the axis, as a sharded A is
+    solve = jax.shard_map(
+        local, mesh=mesh, in_specs=(spec, P()), out_specs=(P(), P()), check_vma=False
+    )
+    return jax.jit(lambda a, b: solve(a, b)[0])
 
 
 def describe(case: Case, devices) -> dict:

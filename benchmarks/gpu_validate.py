@@ -13,7 +13,8 @@ compiler). In order, each step in a process of its own with a deadline:
 3. the GPU tests through jax (``tests -k gpu``, the multi-process ones included), with
    ``JAXMG_REQUIRE_GPU=1``: a missing GPU is a failure, not a skip;
 4. the benchmark table (``benchmarks/gpu_bench.py``, one process per group: potrs with a tile
-   sweep, syevd, lu_solve, cho_factor/cho_solve, a Gaussian process's value_and_grad, the fixed
+   sweep, backend ``"jax"``'s blocked engine forced on one GPU (potrs), syevd, lu_solve,
+   cho_factor/cho_solve, a Gaussian process's value_and_grad, the fixed
    cost; on several GPUs also the device-count scaling and ``relayout="native"`` against
    ``"jax"``), each jaxmg row against JAX's own single-device solver in the same run;
 5. backend ``"mp"`` (cuSOLVERMp over NCCL) in one process on a 1 x 1 grid
@@ -94,7 +95,13 @@ PYTEST_STEPS = (
         150,
     ),
 )
-BENCH = {"potrs": (110, 80), "syevd": (80, 35), "factored": (70, 0), "scaling": (150, 0)}
+BENCH = {
+    "potrs": (110, 80),
+    "blocked": (60, 60),
+    "syevd": (80, 35),
+    "factored": (70, 0),
+    "scaling": (150, 0),
+}
 # The H200 ran the four at N = 4096 in about 110 s; an H100 had made svd's and qr's rows in 144 s.
 DECOMPOSITIONS_S = 200
 MP = (120, 80)  # backend "mp" on the one GPU: the checks, then two timings of three variants
@@ -632,7 +639,7 @@ def run_steps(args, env, steps, results, scratch, count):
         for row in map(json.loads, sink.read_text().splitlines()):
             (results.tests if row["kind"] == "test" else results.rows).append(row)
     results.write()
-    groups = ["potrs", "syevd", "factored"] + (["scaling"] if count > 1 else [])
+    groups = ["potrs", "blocked", "syevd", "factored"] + (["scaling"] if count > 1 else [])
     for group in groups:
         cap, reserve = BENCH[group]
         sink = pathlib.Path(scratch) / f"{group}.jsonl"

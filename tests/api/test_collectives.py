@@ -3,8 +3,8 @@ own collectives (jaxmg.engines.collectives), against numpy and scipy at the suit
 count (2, 3, 4, 8), both forms, eagerly and under jit: solutions, the inverse, the factor
 objects and the log-determinant, LAPACK's ``info`` and pivots (scipy's ``?potrf``, ``?getrf``
 on the same matrix) and NaN on failure, derivatives against JAX's own dense solvers, ``vmap``,
-programs exported for TPU and ROCm that hold no jaxmg target, the calls inside a user's
-``shard_map`` (differentiable here), and what it does not have yet, refused.
+programs exported for TPU and ROCm that hold no jaxmg target, and the calls inside a user's
+``shard_map`` (differentiable here). The eigensolver's tests: test_collectives_eigen.py.
 """
 
 import re
@@ -203,12 +203,6 @@ def test_potrs_in_a_users_shard_map_is_differentiable(mesh):
             jnp.asarray(b)
         )
     np.testing.assert_allclose(np.asarray(grad), np.linalg.solve(a, np.ones(n)), rtol=1e-9)
-
-
-def test_what_it_lacks_is_refused(mesh):
-    a = put(hpd(size(mesh.size)), mesh, FORMS["rows"])
-    with pytest.raises(NotImplementedError, match="backend='jax' on several devices has no"):
-        jaxmg.syevd(a, backend="jax")
 
 
 def test_a_tile_that_does_not_divide_the_blocks_is_refused(mesh):

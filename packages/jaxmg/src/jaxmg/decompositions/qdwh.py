@@ -36,10 +36,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..solvers import factors, hermitian
+from ..solvers import hermitian
 from . import products
 from .glue import _engine, _engine_inverts, _glue, _h
-from .qr import _frobenius2, _upper_factor, orthonormal_factor
+from .qr import _frobenius2, cholesky_upper, orthonormal_factor
 
 #: Iterations with ``c`` above this are QR-based (Nakatsukasa, Higham 2013's threshold).
 _QR_ABOVE = 100.0
@@ -146,12 +146,9 @@ def _cholesky_step(geometry, x, a, b, c, inverse=None):
         z_inv, status = hermitian.potri(z, return_status=True, **options)
         y = products.times(x, z_inv, mesh, spec)
     else:
-        factor = factors.cho_factor(z, **options)
-        upper = functools.partial(_upper_factor, form=geometry.form)
-        w = _glue(geometry, spec, upper, factor.factor)
+        w, status = cholesky_upper(geometry, z)
         y = products.right_triangular_solve(x, w, mesh, spec)
         y = products.right_triangular_solve(y, _adjoint(geometry, w), mesh, spec, lower=True)
-        status = factor.status
     x = _glue(geometry, spec, lambda x, y: (b / c) * x + (a - b / c) * y, x, y)
     return x, status
 

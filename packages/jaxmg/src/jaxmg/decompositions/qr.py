@@ -21,7 +21,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.sharding import PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import jaxmg_layout
 
 from ..describe.sharding import _placed
 from ..solvers import factors
@@ -44,11 +46,29 @@ from .glue import (
 
 
 def _upper_factor(f, form):
-    """``R`` with ``G = R^H R`` from a Cholesky factor made with ``T_A = N / ndev`` (each
-    device's tiles are then its own block): ``L^T`` by columns, ``R`` itself by rows (the
-    factor of ``conj(G)``); the other triangle holds what the engine did not write."""
+    """``R`` with ``G = R^H R`` from a Cholesky factor's rows in ``A``'s order
+    (:func:`cholesky_upper`): ``L^T`` by columns, ``R`` itself by rows (the factor of
+    ``conj(G)``); the other triangle holds what the engine did not write."""
     r = jnp.triu(f)
     return jnp.conj(r) if form == "cols" else r
+
+
+def cholesky_upper(geometry, g):
+    """``(R, status)``: ``R`` upper triangular with ``R^H R = G``, sharded like ``G``, from the
+    engine's ``cho_factor`` with the widest tile whose factor is triangular in ``G``'s order
+    (:meth:`jaxmg.engines.base.Engine.triangular_tile`). A factor in tiles narrower than a
+    device's block comes back to the blocks first (``undo_cyclic_1d_layout``)."""
+    n, ndev, spec = g.shape[0], geometry.ndev, geometry.spec
+    tile = geometry.engine.triangular_tile(n, ndev)
+    factor = factors.cho_factor(
+        g, T_A=tile, mesh=geometry.mesh, in_specs=spec, backend=_engine(geometry)
+    )
+    rows = factor.factor
+    if tile < n // ndev:
+        stored = NamedSharding(geometry.mesh, P(geometry.axis, None))
+        rows = jaxmg_layout.undo_cyclic_1d_layout(rows, tile, n, sharding=stored)
+    upper = functools.partial(_upper_factor, form=geometry.form)
+    return _glue(geometry, spec, upper, rows), factor.status
 
 
 def _frobenius2(a):
@@ -72,12 +92,8 @@ def _cholesky_qr(a, geometry, shift, g=None):
     g = _gram(a, geometry) if g is None else g
     if shift is not None:
         g = _glue(geometry, spec, lambda g, s: g + s * jnp.eye(n, dtype=g.dtype), g, shift)
-    factor = factors.cho_factor(
-        g, T_A=n // geometry.ndev, mesh=geometry.mesh, in_specs=spec, backend=_engine(geometry)
-    )
-    upper = functools.partial(_upper_factor, form=geometry.form)
-    r = _glue(geometry, spec, upper, factor.factor)
-    return _right_solve(a, r, geometry), r, factor.status
+    r, status = cholesky_upper(geometry, g)
+    return _right_solve(a, r, geometry), r, status
 
 
 def _right_solve(x, r, geometry, lower=False):

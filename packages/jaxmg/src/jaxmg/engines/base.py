@@ -63,6 +63,11 @@ class Engine:
         """The tile a call of ``routine`` runs with: ``T_A``, or its choice for ``None``."""
         raise NotImplementedError
 
+    def triangular_tile(self, n: int, ndev: int) -> int:
+        """The widest layout tile with which its Cholesky factor is triangular in ``A``'s own
+        order (the composed routines read the factor itself, as ``R``)."""
+        return n // ndev
+
     def load(self, caller: str, platform: str) -> None:
         """Opens its libraries in this process before a call, or raises saying why not."""
 

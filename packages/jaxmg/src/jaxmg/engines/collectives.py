@@ -46,8 +46,8 @@ back by columns; LU's ``N`` solve by rows both ways, ``T`` and ``C`` by columns.
 device's columns of the identity at a time, each device keeping its own: ``2 N^3 / p`` flops
 per device (LAPACK's ``?potri``: ``2 N^3 / 3`` in all), one block of right-hand side at a time.
 
-Not on this engine yet (it raises at trace time, saying so): the eigensolver (``syevd``, and
-the SVD family through it).
+The eigensolver (:func:`syevd`: ``syevd``, and the SVD, ``polar`` and ``lstsq`` through it) is
+block Jacobi in the same collectives, :mod:`jaxmg.engines.jacobi`.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ import numpy as np
 from jax import lax
 
 from ..describe import processes
-from . import dense
+from . import dense, jacobi
 from .base import Engine
 
 _HIGHEST = lax.Precision.HIGHEST
@@ -503,15 +503,11 @@ def potrs(a, b, position, *, axis, ndev, T_A, **_):
     return f, x, status
 
 
-def _refuse(what: str, caller: str):
-    def refuse(*args, **kwargs):
-        raise NotImplementedError(
-            f"{caller}: backend='jax' on several devices has no {what} yet (its Cholesky and LU "
-            "run: potrs, potri, cho_factor/cho_solve, lu_factor/lu_solve, the log-determinant). "
-            "backend='mg' (cuSolverMg, or its LAPACK twin on CPUs) has it on one node."
-        )
-
-    return refuse
+def syevd(a, position, *, vectors=True, axis, ndev, T_A, **_):
+    """Hermitian eigensolver: ``(v, w, status)`` as ``jaxmg_cuda.mg_syevd``, by block Jacobi
+    (:mod:`jaxmg.engines.jacobi`)."""
+    layout = _columns(ndev, a.shape[0], T_A)
+    return jacobi.syevd(a, position, layout, vectors=vectors, axis=axis, ndev=ndev)
 
 
 class CollectiveEngine(Engine):
@@ -532,7 +528,7 @@ class CollectiveEngine(Engine):
             potri_factored=potri_factored,
             getrf=getrf,
             getrs=getrs,
-            syevd=_refuse("eigensolver (syevd, and svd, polar, lstsq through it)", caller),
+            syevd=syevd,
         )
 
     def tile(self, T_A, n, ndev, routine, platform, caller, pad):
@@ -550,6 +546,12 @@ class CollectiveEngine(Engine):
                 )
             return min(T_A, s)
         return s
+
+    def triangular_tile(self, n, ndev):
+        """The engine's own tile: with it the engine's order is ``A``'s (:func:`_order`); with a
+        wider one it factors a permutation of ``A``, whose factor is not triangular in ``A``'s
+        order."""
+        return _inner(n // ndev, n, ndev)
 
     def participants(self, mesh, axes, platform, caller):
         (axis,) = axes

@@ -1,0 +1,181 @@
+"""``backend="jax"`` on several devices: the eigensolver (block Jacobi in XLA's collectives,
+jaxmg.engines.jacobi) and the decompositions built on it (svd, polar, qr, lstsq), against numpy
+at the suite's device count (2, 3, 4, 8): eigenvalues, residual and orthogonality on random,
+clustered, repeated and graded spectra, both forms, an odd number of columns per device, the
+failure status, derivatives against JAX's ``eigh``, ``vmap``, and a program exported for TPU
+that holds no jaxmg target.
+"""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
+from matrices import mesh_of, random
+
+import jaxmg
+
+SWEPT = pytest.mark.dtype_sweep
+DTYPES = [
+    pytest.param(np.float32, marks=SWEPT),
+    np.float64,
+    pytest.param(np.complex64, marks=SWEPT),
+    np.complex128,
+]
+FORMS = {"cols": P(None, "x"), "rows": P("x", None)}
+#: LAPACK's test thresholds: residual and orthogonality in units of ``N eps`` (``||A||_F``).
+BOUND = 30.0
+
+
+@pytest.fixture
+def mesh():
+    if jax.device_count() == 1:
+        pytest.skip("the engine of collectives runs on several devices")
+    return mesh_of()
+
+
+def put(a, mesh, spec):
+    return jax.device_put(a, NamedSharding(mesh, spec))
+
+
+def hermitian(n, dtype=np.float64, seed=0):
+    m = random(n, dtype, seed)
+    return (m + m.conj().T) / 2
+
+
+def with_spectrum(w, seed=0):
+    """``Q diag(w) Q^T`` with a random orthogonal ``Q``."""
+    q, _ = np.linalg.qr(np.random.default_rng(seed).standard_normal((len(w), len(w))))
+    a = (q * w) @ q.T
+    return (a + a.T) / 2
+
+
+def check_pairs(a, w, v):
+    """Eigenvalues against numpy's, and LAPACK's scaled residual and orthogonality."""
+    n = a.shape[0]
+    eps = np.finfo(a.dtype).eps
+    w, v = np.asarray(w), np.asarray(v)
+    reference = np.linalg.eigvalsh(a.astype(np.complex128 if a.dtype.kind == "c" else np.float64))
+    norm = np.linalg.norm(a)
+    np.testing.assert_allclose(w, reference, atol=BOUND * n * eps * norm)
+    assert np.all(np.diff(w) >= 0)
+    assert np.linalg.norm(a @ v - v * w) / (norm * n * eps) < BOUND
+    assert np.linalg.norm(v.conj().T @ v - np.eye(n)) / (n * eps) < BOUND
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("form", FORMS)
+def test_syevd_against_numpy(mesh, dtype, form):
+    n = 8 * mesh.size
+    a = hermitian(n, dtype, seed=1)
+    upper_garbage = np.tril(a) + np.triu(random(n, dtype, seed=2), 1)  # only one triangle is read
+    if form == "rows":  # rows read the upper triangle (the solver sees conj(A))
+        upper_garbage = np.triu(a) + np.tril(random(n, dtype, seed=2), -1)
+    w, v = jaxmg.syevd(put(upper_garbage, mesh, FORMS[form]), backend="jax")
+    check_pairs(a, w, v)
+    values = jaxmg.syevd(put(a, mesh, FORMS[form]), backend="jax", return_eigenvectors=False)
+    np.testing.assert_allclose(np.asarray(values), np.asarray(w), rtol=0, atol=1e-5)
+
+
+SPECTRA = {
+    # eight copies of each of n / 8 values (multiplicities of 8)
+    "repeated": lambda n: np.repeat(np.arange(n // 8, dtype=float), 8),
+    # I plus rank 2: one eigenvalue n - 2 times
+    "identity plus low rank": lambda n: np.concatenate([np.ones(n - 2), [5.0, -3.0]]),
+    # condition 1e12, signs mixed
+    "graded": lambda n: np.logspace(0, -12, n) * np.where(np.arange(n) % 3, 1, -1),
+    # tight clusters of four around well separated centres
+    "clustered": lambda n: (
+        np.repeat(np.arange(n // 4, dtype=float), 4) + 1e-10 * np.tile(np.arange(4), n // 4)
+    ),
+}
+
+
+@pytest.mark.parametrize("spectrum", SPECTRA)
+def test_clustered_and_repeated_eigenvalues_keep_orthonormal_vectors(mesh, spectrum):
+    n = 8 * mesh.size
+    a = with_spectrum(SPECTRA[spectrum](n), seed=3)
+    w, v = jax.jit(lambda a: jaxmg.syevd(a, backend="jax"))(put(a, mesh, FORMS["cols"]))
+    check_pairs(a, w, v)
+
+
+@pytest.mark.parametrize("T_A", [None, 1])
+def test_an_odd_number_of_columns_per_device(mesh, T_A):
+    """Five columns per device: each device borders its columns with a ghost (the module's
+    docstring), whose eigenpair is dropped; with ``T_A=1`` the columns are block-cyclic."""
+    n = 5 * mesh.size
+    a = hermitian(n, seed=4)
+    w, v = jaxmg.syevd(put(a, mesh, FORMS["rows"]), T_A, backend="jax")
+    check_pairs(a, w, v)
+
+
+def test_a_matrix_that_is_not_finite_gives_a_status_and_nan(mesh):
+    n = 8 * mesh.size
+    a = hermitian(n, seed=5)
+    a[3, 3] = np.nan
+    w, v, status = jaxmg.syevd(put(a, mesh, FORMS["cols"]), backend="jax", return_status=True)
+    assert int(status) == n + 1
+    assert np.all(np.isnan(np.asarray(w))) and np.all(np.isnan(np.asarray(v)))
+
+
+def test_derivatives_against_jax(mesh):
+    n = 8 * mesh.size
+    a = hermitian(n, seed=6)
+
+    def ours(a):
+        w, v = jaxmg.syevd(a, backend="jax")
+        return jnp.sum(jnp.sin(w)) + jnp.sum(v[:, 0] ** 2 * jnp.arange(n, dtype=jnp.float64))
+
+    def theirs(a):
+        w, v = jnp.linalg.eigh((a + a.T) / 2)
+        return jnp.sum(jnp.sin(w)) + jnp.sum(v[:, 0] ** 2 * jnp.arange(n, dtype=jnp.float64))
+
+    with jax.set_mesh(mesh):
+        got = jax.jit(jax.grad(ours))(put(a, mesh, FORMS["rows"]))
+    want = jax.grad(theirs)(jnp.asarray(a))
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-7, atol=1e-9)
+
+
+def test_vmap_solves_a_batch_as_one_program(mesh):
+    n = 8 * mesh.size
+    a = np.stack([hermitian(n, seed=s) for s in range(2)])
+    eig = jax.vmap(lambda a: jaxmg.syevd(a, mesh=mesh, in_specs=P(None, "x"), backend="jax"))
+    w, v = jax.jit(eig)(put(a, mesh, P(None, None, "x")))
+    for i in range(2):
+        check_pairs(a[i], w[i], v[i])
+
+
+def test_decompositions_on_the_engine_against_numpy(mesh):
+    """svd, polar, qr and lstsq of a square float64 matrix on backend "jax" (QDWH and the
+    eigensolver, CholeskyQR with the engine's triangular factor)."""
+    n = 8 * mesh.size
+    a = random(n, seed=7)
+    x = put(a, mesh, FORMS["cols"])
+    eps = np.finfo(np.float64).eps
+    u, s, vh = (np.asarray(m) for m in jaxmg.svd(x, backend="jax"))
+    np.testing.assert_allclose(s, np.linalg.svd(a, compute_uv=False), atol=BOUND * n * eps * s[0])
+    assert np.linalg.norm((u * s) @ vh - a) / (np.linalg.norm(a) * n * eps) < BOUND
+    up, h = (np.asarray(m) for m in jaxmg.polar(x, backend="jax"))
+    assert np.linalg.norm(up @ h - a) / (np.linalg.norm(a) * n * eps) < BOUND
+    assert np.linalg.norm(up.T @ up - np.eye(n)) / (n * eps) < BOUND
+    q, r = (np.asarray(m) for m in jaxmg.qr(x, backend="jax"))
+    assert np.linalg.norm(q @ r - a) / (np.linalg.norm(a) * n * eps) < BOUND
+    assert np.array_equal(r, np.triu(r))
+    b = random(n, seed=8, cols=2)
+    solution = np.asarray(jaxmg.lstsq(x, put(b, mesh, P()), backend="jax")[0])
+    np.testing.assert_allclose(solution, np.linalg.solve(a, b), rtol=1e-8, atol=1e-10)
+
+
+def test_exported_for_tpu_with_no_jaxmg_target(mesh):
+    n = 8 * mesh.size
+    a = put(hermitian(n), mesh, FORMS["rows"])
+
+    def decompositions(a):
+        return jaxmg.syevd(a, backend="jax"), jaxmg.svd(a, backend="jax")
+
+    text = jax.export.export(jax.jit(decompositions), platforms=("tpu",))(a).mlir_module()
+    assert "collective_permute" in text  # the rounds' exchanges are there
+    targets = set(re.findall(r"custom_call @(\w+)", text))
+    assert not {t for t in targets if "jaxmg" in t.lower()}, targets

@@ -28,7 +28,7 @@ from jax.sharding import PartitionSpec as P
 
 from ..describe.sharding import _placed
 from ..solvers import hermitian
-from . import products, qdwh
+from . import products, qdwh, qr as qr_module
 from .engine_routines import (
     _svd_native,
 )
@@ -307,12 +307,8 @@ def _sharded_pseudo_inverse_solve(geometry, u, s_inv, vh, a, b):
     )(u, s_inv, vh, a, b)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1))
-def _lstsq_call(geometry, T_A, a, b, rcond):
-    if geometry.engine.whole:
-        a = _whole(a, geometry)
-        x, resid, rank, s = jnp.linalg.lstsq(a, b, rcond=rcond)
-        return x, resid, rank, s, _finite_status(s)
+def _lstsq_by_svd(geometry, T_A, a, b, rcond):
+    """``(x, residuals, rank, s, status)`` by the SVD's pseudo-inverse: any rank."""
     u, s, vh, status = _svd(geometry, T_A, a)
     s_inv, rank = _glue(geometry, (P(None), P()), _inverted_values, s, rcond)
     like_a = (_like_a(geometry, x.shape) == geometry.spec for x in (u, vh, a))
@@ -322,3 +318,81 @@ def _lstsq_call(geometry, T_A, a, b, rcond):
         specs = (_REPLICATED, P(None))
         x, resid = _glue(geometry, specs, _pseudo_inverse_solve, u, s_inv, vh, a, b)
     return x, resid, rank, s, status
+
+
+def _by_qr(geometry, a):
+    """Whether ``lstsq`` tries QR first: ``A`` tall enough that ``R`` (``N x N``) whole fits in
+    a block of ``A`` (``M >= ndev N``), on an engine without rectangular routines of its own."""
+    m, n = a.shape
+    return geometry.form in ("rows", "cols") and not _native_mp(geometry) and m >= geometry.ndev * n
+
+
+def _lstsq_by_qr(geometry, T_A, a, b, rcond):
+    """``(x, residuals, rank, s, status)`` of a full-rank tall ``A`` by its QR (CholeskyQR2, or
+    shifted CholeskyQR: :mod:`jaxmg.decompositions.qr`): ``x = R^{-1} Q^H b``, with ``R``
+    whole on every device (a block of ``A`` at most, :func:`_by_qr`) and its singular values
+    (those of ``A``) from JAX's own SVD on one device. Where the QR fails or ``R``'s singular values
+    fall below ``rcond * s[0]`` (not full rank), the SVD's pseudo-inverse
+    (:func:`_lstsq_by_svd`), in a ``lax.cond``: only the branch taken runs."""
+    n = a.shape[1]
+    q, r, status = qr_module._qr(geometry, a)
+    qhb, r = _glue(
+        geometry, (_REPLICATED, _REPLICATED), lambda q, b, r: (_mm(_h(q), b), r), q, b, r
+    )
+
+    s = _singular_values_on_one_device(geometry, r)
+
+    def solved(r, qhb, s):
+        x = jax.scipy.linalg.solve_triangular(r, qhb, lower=False)
+        return x, (s[-1] > rcond * s[0]) & jnp.all(jnp.isfinite(s))
+
+    x, full = _glue(geometry, (_REPLICATED, P()), solved, r, qhb, s)
+    full = full & (status == 0)
+
+    def by_qr(a, b):
+        resid = _glue(geometry, P(None), lambda a, x, b: _column_norms2(b - _mm(a, x)), a, x, b)
+        return x, resid, jnp.asarray(n, jnp.int32), s, jnp.zeros((), jnp.int32)
+
+    def by_svd(a, b):
+        x, resid, rank, s, status = _lstsq_by_svd(geometry, T_A, a, b, rcond)
+        return x, resid, rank.astype(jnp.int32), s, status.astype(jnp.int32)
+
+    return lax.cond(full, by_qr, by_svd, a, b)
+
+
+def _singular_values_on_one_device(geometry, r):
+    """The singular values of ``r`` (whole on every device) by JAX's own SVD on the solver
+    axis's first device alone, then summed over the axis (the others contribute zeros): the
+    same SVD on every device is ``ndev`` times the work where devices share a host."""
+    n = r.shape[0]
+    real = jnp.finfo(r.dtype).dtype
+    axis = geometry.axis
+
+    def body(r):
+        first = lax.axis_index(axis) == 0
+        s = lax.cond(
+            first,
+            lambda r: jnp.linalg.svd(r, compute_uv=False).astype(real),
+            lambda r: jnp.zeros((n,), real),
+            r,
+        )
+        return lax.psum(s, axis)
+
+    return jax.shard_map(
+        body, mesh=geometry.mesh, in_specs=_REPLICATED, out_specs=P(None), check_vma=False
+    )(r)
+
+
+def _column_norms2(r):
+    return jnp.sum(jnp.real(r) ** 2 + jnp.imag(r) ** 2, axis=0)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _lstsq_call(geometry, T_A, a, b, rcond):
+    if geometry.engine.whole:
+        a = _whole(a, geometry)
+        x, resid, rank, s = jnp.linalg.lstsq(a, b, rcond=rcond)
+        return x, resid, rank, s, _finite_status(s)
+    if _by_qr(geometry, a):
+        return _lstsq_by_qr(geometry, T_A, a, b, rcond)
+    return _lstsq_by_svd(geometry, T_A, a, b, rcond)

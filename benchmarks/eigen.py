@@ -5,7 +5,7 @@ run, float64, ``A`` sharded by columns (issue 48's targets).
 - ``accuracy``: ``||A V - V diag(w)||_F / ||A||_F`` and ``||V^H V - I||_F`` of the engine and of
   LAPACK on the same matrix, and their ratios, for random spectra of condition 1 to 1e12
   (uniform in ``[-1, 1]`` scaled to the condition, geometric, and clustered: multiplicities of
-  8 and ``I`` plus rank 2), and the sweeps' count is not printed (it is inside the program);
+  8 and ``I`` plus rank 2);
 - ``time``: ``syevd`` of a random symmetric ``N x N`` by ``"jax"`` against ``"mg"`` (the best of
   ``--repeat`` warm runs, each jitted), and ``lstsq`` of a random full-rank ``M x K`` by
   ``"jax"`` against ``jnp.linalg.lstsq`` on one device;
@@ -61,8 +61,8 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     n = args.n
 
-    def sharded(a, spec=P(None, "x")):
-        return jax.device_put(a, NamedSharding(mesh, spec))
+    def sharded(a, spec=None):
+        return jax.device_put(a, NamedSharding(mesh, P(None, "x") if spec is None else spec))
 
     def measures(a, w, v):
         return (

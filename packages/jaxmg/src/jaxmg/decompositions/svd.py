@@ -342,11 +342,11 @@ def _lstsq_by_qr(geometry, T_A, a, b, rcond):
 
     s = _singular_values_on_one_device(geometry, r)
 
-    def solved(r, qhb, s):
+    def solved(r, qhb, s, rcond):
         x = jax.scipy.linalg.solve_triangular(r, qhb, lower=False)
         return x, (s[-1] > rcond * s[0]) & jnp.all(jnp.isfinite(s))
 
-    x, full = _glue(geometry, (_REPLICATED, P()), solved, r, qhb, s)
+    x, full = _glue(geometry, (_REPLICATED, P()), solved, r, qhb, s, rcond)
     full = full & (status == 0)
 
     def by_qr(a, b):

@@ -21,6 +21,8 @@ import argparse
 import json
 import time
 
+from _common import timed
+
 
 def spectra(n, rng):
     """Name -> eigenvalues, ascending or not."""
@@ -102,13 +104,8 @@ def main(argv=None):
         start = time.perf_counter()
         compiled = f.lower(a).compile()
         compile_s = time.perf_counter() - start
-        jax.block_until_ready(compiled(a))
-        best = []
-        for _ in range(args.repeat):
-            start = time.perf_counter()
-            jax.block_until_ready(compiled(a))
-            best.append(time.perf_counter() - start)
-        times[backend] = {"compile_s": round(compile_s, 2), "run_s": round(min(best), 3)}
+        best = timed(compiled, (a,), args.repeat, warmup=1)[1]
+        times[backend] = {"compile_s": round(compile_s, 2), "run_s": round(best, 3)}
     row = {"routine": "syevd", "n": n, "devices": args.cpu_devices, **times}
     row["jax_over_mg"] = round(times["jax"]["run_s"] / times["mg"]["run_s"], 2)
     print(json.dumps(row), flush=True)
@@ -121,14 +118,7 @@ def main(argv=None):
     inputs = {"jax": (sharded(x, P("x", None)), sharded(b, P())), "one device": (x, b)}
     times = {}
     for label, f in (("jax", ours), ("one device", theirs)):
-        args_ = inputs[label]
-        jax.block_until_ready(f(*args_))
-        best = []
-        for _ in range(args.repeat):
-            start = time.perf_counter()
-            jax.block_until_ready(f(*args_))
-            best.append(time.perf_counter() - start)
-        times[label] = round(min(best), 3)
+        times[label] = round(timed(f, inputs[label], args.repeat, warmup=1)[1], 3)
     row = {"routine": "lstsq", "m": m, "k": k, "devices": args.cpu_devices, "run_s": times}
     row["jax_over_one_device"] = round(times["jax"] / times["one device"], 2)
     print(json.dumps(row), flush=True)

@@ -15,30 +15,20 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.linalg
-from jax.sharding import NamedSharding, PartitionSpec as P
-from matrices import hpd, mesh_of, random
+from jax.sharding import PartitionSpec as P
+from matrices import DTYPES, FORMS, hpd, put, random, several_devices_mesh
 
 import jaxmg
 from jaxmg import engines
 from jaxmg.engines.collectives import _columns, _inner, _rows
 from jaxmg.solvers import hermitian
 
-SWEPT = pytest.mark.dtype_sweep
-DTYPES = [
-    pytest.param(np.float32, marks=SWEPT),
-    np.float64,
-    pytest.param(np.complex64, marks=SWEPT),
-    np.complex128,
-]
-FORMS = {"cols": P(None, "x"), "rows": P("x", None)}
 BOUND = 30.0
 
 
 @pytest.fixture
 def mesh():
-    if jax.device_count() == 1:
-        pytest.skip("the engine of collectives runs on several devices")
-    return mesh_of()
+    return several_devices_mesh()
 
 
 def size(ndev):
@@ -52,10 +42,6 @@ def engine_order(n, ndev, T_A):
     """The rows of ``A`` in the engine's order: its Cholesky factors ``A[rows][:, rows]``, its
     LU ``A[:, rows]`` (LAPACK's ``info`` and pivots are those)."""
     return _rows(n, ndev, T_A or n // ndev, _inner(T_A or n // ndev, n, ndev))
-
-
-def put(a, mesh, spec):
-    return jax.device_put(a, NamedSharding(mesh, spec))
 
 
 def residual(a, x, b):

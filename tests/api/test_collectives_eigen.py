@@ -12,32 +12,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
-from matrices import mesh_of, random
+from jax.sharding import PartitionSpec as P
+from matrices import DTYPES, FORMS, put, random, several_devices_mesh
 
 import jaxmg
 
-SWEPT = pytest.mark.dtype_sweep
-DTYPES = [
-    pytest.param(np.float32, marks=SWEPT),
-    np.float64,
-    pytest.param(np.complex64, marks=SWEPT),
-    np.complex128,
-]
-FORMS = {"cols": P(None, "x"), "rows": P("x", None)}
 #: LAPACK's test thresholds: residual and orthogonality in units of ``N eps`` (``||A||_F``).
 BOUND = 30.0
 
 
 @pytest.fixture
 def mesh():
-    if jax.device_count() == 1:
-        pytest.skip("the engine of collectives runs on several devices")
-    return mesh_of()
-
-
-def put(a, mesh, spec):
-    return jax.device_put(a, NamedSharding(mesh, spec))
+    return several_devices_mesh()
 
 
 def hermitian(n, dtype=np.float64, seed=0):

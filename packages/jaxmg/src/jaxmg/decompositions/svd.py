@@ -350,7 +350,9 @@ def _lstsq_by_qr(geometry, T_A, a, b, rcond):
     full = full & (status == 0)
 
     def by_qr(a, b):
-        resid = _glue(geometry, P(None), lambda a, x, b: _column_norms2(b - _mm(a, x)), a, x, b)
+        resid = _glue(
+            geometry, P(None), lambda a, x, b: jnp.linalg.norm(b - _mm(a, x), axis=0) ** 2, a, x, b
+        )
         return x, resid, jnp.asarray(n, jnp.int32), s, jnp.zeros((), jnp.int32)
 
     def by_svd(a, b):
@@ -381,10 +383,6 @@ def _singular_values_on_one_device(geometry, r):
     return jax.shard_map(
         body, mesh=geometry.mesh, in_specs=_REPLICATED, out_specs=P(None), check_vma=False
     )(r)
-
-
-def _column_norms2(r):
-    return jnp.sum(jnp.real(r) ** 2 + jnp.imag(r) ** 2, axis=0)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))

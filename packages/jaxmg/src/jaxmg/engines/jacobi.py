@@ -62,7 +62,7 @@ def _mm(x, y):
     return jnp.matmul(x, y, precision=_HIGHEST)
 
 
-def _shift(axis, ndev, k):
+def _shift(ndev, k):
     """``ppermute`` pairs that send each device's value ``k`` devices on, around the ring."""
     return [(i, (i + k) % ndev) for i in range(ndev)]
 
@@ -83,7 +83,7 @@ def _hermitian(a, position, table, axis, ndev):
     h = fill(a, mine, jnp.take(a, mine, axis=1))
     for k in range(1, ndev):
         sent = jnp.take(a, table[(position + k) % ndev], axis=1)
-        h = fill(h, table[(position - k) % ndev], lax.ppermute(sent, axis, _shift(axis, ndev, k)))
+        h = fill(h, table[(position - k) % ndev], lax.ppermute(sent, axis, _shift(ndev, k)))
     diagonal = h[rows, mine]
     return h.at[rows, mine].set(jnp.real(diagonal).astype(h.dtype), unique_indices=True)
 
@@ -95,7 +95,7 @@ def _times(h, v, position, table, axis, ndev):
 
     def step(k, carry):
         w, block = carry
-        block = lax.ppermute(block, axis, _shift(axis, ndev, 1))
+        block = lax.ppermute(block, axis, _shift(ndev, 1))
         theirs = table[(position - k) % ndev]
         return w + _mm(jnp.take(v, theirs, axis=1), block), block
 
@@ -111,7 +111,7 @@ def _orthonormalized(v, axis, ndev):
 
     def step(k, carry):
         total, block = carry
-        block = lax.ppermute(block, axis, _shift(axis, ndev, 1))
+        block = lax.ppermute(block, axis, _shift(ndev, 1))
         return total + _mm(_mm(jnp.conj(block), v.T).T, block), block
 
     total = _mm(_mm(jnp.conj(v), v.T).T, v)
@@ -221,7 +221,7 @@ def syevd(a, position, layout, *, vectors=True, axis, ndev):
         out, block = carry
         theirs = (position - k) % ndev
         out = jnp.where((device == theirs)[:, None], jnp.take(block, row, axis=0), out)
-        return out, lax.ppermute(block, axis, _shift(axis, ndev, 1))
+        return out, lax.ppermute(block, axis, _shift(ndev, 1))
 
     out, _ = lax.fori_loop(0, ndev, collect, (jnp.zeros((s, order), a.dtype), v))
     out = out[:, :n]

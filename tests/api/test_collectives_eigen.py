@@ -1,9 +1,10 @@
-"""``backend="jax"`` on several devices: the eigensolver (block Jacobi in XLA's collectives,
-jaxmg.engines.jacobi) and the decompositions built on it (svd, polar, qr, lstsq), against numpy
-at the suite's device count (2, 3, 4, 8): eigenvalues, residual and orthogonality on random,
-clustered, repeated and graded spectra, both forms, an odd number of columns per device, the
-failure status, derivatives against JAX's ``eigh``, ``vmap``, and a program exported for TPU
-that holds no jaxmg target.
+"""``backend="jax"`` on several devices: the eigensolver (Householder tridiagonalisation,
+bisection and inverse iteration in XLA's collectives, jaxmg.engines.tridiagonal, with block
+Jacobi, jaxmg.engines.jacobi, where it cannot) and the decompositions built on it (svd, polar,
+qr, lstsq), against numpy at the suite's device count (2, 3, 4, 8): eigenvalues, residual and
+orthogonality on random, clustered, repeated and graded spectra, both forms, few columns per
+device, the route each spectrum takes, the failure status, derivatives against JAX's ``eigh``,
+``vmap``, and a program exported for TPU that holds no jaxmg target.
 """
 
 import re
@@ -16,6 +17,7 @@ from jax.sharding import PartitionSpec as P
 from matrices import DTYPES, FORMS, put, random, several_devices_mesh
 
 import jaxmg
+from jaxmg.engines import jacobi, tridiagonal
 
 #: LAPACK's test thresholds: residual and orthogonality in units of ``N eps`` (``||A||_F``).
 BOUND = 30.0
@@ -65,32 +67,77 @@ def test_syevd_against_numpy(mesh, dtype, form):
     np.testing.assert_allclose(np.asarray(values), np.asarray(w), rtol=0, atol=1e-5)
 
 
+def cycle_laplacian(n):
+    """The graph Laplacian of an ``n``-cycle: eigenvalues ``2 - 2 cos(2 pi k / n)``, all but two
+    of them double."""
+    return 2 * np.eye(n) - np.roll(np.eye(n), 1, axis=0) - np.roll(np.eye(n), -1, axis=0)
+
+
 SPECTRA = {
     # eight copies of each of n / 8 values (multiplicities of 8)
-    "repeated": lambda n: np.repeat(np.arange(n // 8, dtype=float), 8),
+    "repeated": lambda n: with_spectrum(np.repeat(np.arange(n // 8, dtype=float), 8), seed=3),
     # I plus rank 2: one eigenvalue n - 2 times
-    "identity plus low rank": lambda n: np.concatenate([np.ones(n - 2), [5.0, -3.0]]),
-    # condition 1e12, signs mixed
-    "graded": lambda n: np.logspace(0, -12, n) * np.where(np.arange(n) % 3, 1, -1),
-    # tight clusters of four around well separated centres
-    "clustered": lambda n: (
-        np.repeat(np.arange(n // 4, dtype=float), 4) + 1e-10 * np.tile(np.arange(4), n // 4)
+    "identity plus low rank": lambda n: with_spectrum(
+        np.concatenate([np.ones(n - 2), [5.0, -3.0]]), seed=3
     ),
+    # half +1, half -1
+    "two values": lambda n: with_spectrum(np.where(np.arange(n) % 2, 1.0, -1.0), seed=3),
+    # condition 1e12, signs mixed
+    "graded": lambda n: with_spectrum(
+        np.logspace(0, -12, n) * np.where(np.arange(n) % 3, 1, -1), seed=3
+    ),
+    # geometric from 1 to 1e-12: the small ones closer than 100 eps ||A|| to each other
+    "geometric": lambda n: with_spectrum(np.logspace(0, -12, n), seed=3),
+    # tight clusters of four around well separated centres
+    "clustered": lambda n: with_spectrum(
+        np.repeat(np.arange(n // 4, dtype=float), 4) + 1e-10 * np.tile(np.arange(4), n // 4),
+        seed=3,
+    ),
+    "cycle graph Laplacian": cycle_laplacian,
 }
 
 
+@pytest.fixture
+def without_fallback(monkeypatch):
+    """Block Jacobi, the tridiagonal route's fallback, made to return NaN and status -1: a
+    result that passes took the tridiagonal route."""
+
+    def nan(a, position, layout, *, vectors, axis, ndev):
+        real = jnp.finfo(a.dtype).dtype
+        return (
+            jnp.full_like(a, jnp.nan),
+            jnp.full(a.shape[1], jnp.nan, real),
+            jnp.full((1,), -1, jnp.int32),
+        )
+
+    monkeypatch.setattr(jacobi, "syevd", nan)
+
+
 @pytest.mark.parametrize("spectrum", SPECTRA)
-def test_clustered_and_repeated_eigenvalues_keep_orthonormal_vectors(mesh, spectrum):
-    n = 8 * mesh.size
-    a = with_spectrum(SPECTRA[spectrum](n), seed=3)
+def test_clustered_and_repeated_eigenvalues_keep_orthonormal_vectors(
+    mesh, spectrum, without_fallback
+):
+    n = 16 * mesh.size
+    a = SPECTRA[spectrum](n)
     w, v = jax.jit(lambda a: jaxmg.syevd(a, backend="jax"))(put(a, mesh, FORMS["cols"]))
+    check_pairs(a, w, v)
+
+
+def test_block_jacobi_where_a_cluster_is_wider_than_the_window(mesh, monkeypatch):
+    """With no room for clusters (a window of 0) every spectrum with a cluster takes block
+    Jacobi, which gives the same eigenpairs."""
+    monkeypatch.setattr(tridiagonal, "WINDOW", 0)
+    n = 12 * mesh.size
+    a = with_spectrum(np.repeat(np.arange(n // 4, dtype=float), 4), seed=9)
+    w, v, status = jaxmg.syevd(put(a, mesh, FORMS["rows"]), backend="jax", return_status=True)
+    assert int(status) == 0
     check_pairs(a, w, v)
 
 
 @pytest.mark.parametrize("T_A", [None, 1])
 def test_an_odd_number_of_columns_per_device(mesh, T_A):
-    """Five columns per device: each device borders its columns with a ghost (the module's
-    docstring), whose eigenpair is dropped; with ``T_A=1`` the columns are block-cyclic."""
+    """Five columns per device, fewer than the window of positions a device adds on either
+    side; with ``T_A=1`` the columns are block-cyclic."""
     n = 5 * mesh.size
     a = hermitian(n, seed=4)
     w, v = jaxmg.syevd(put(a, mesh, FORMS["rows"]), T_A, backend="jax")

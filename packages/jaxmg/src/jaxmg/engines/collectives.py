@@ -47,7 +47,7 @@ device's columns of the identity at a time, each device keeping its own: ``2 N^3
 per device (LAPACK's ``?potri``: ``2 N^3 / 3`` in all), one block of right-hand side at a time.
 
 The eigensolver (:func:`syevd`: ``syevd``, and the SVD, ``polar`` and ``lstsq`` through it) is
-block Jacobi in the same collectives, :mod:`jaxmg.engines.jacobi`.
+Householder tridiagonalisation in the same collectives, :mod:`jaxmg.engines.tridiagonal`.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ import numpy as np
 from jax import lax
 
 from ..describe import processes
-from . import dense, jacobi
+from . import dense, tridiagonal
 from .base import Engine
 
 _HIGHEST = lax.Precision.HIGHEST
@@ -504,10 +504,10 @@ def potrs(a, b, position, *, axis, ndev, T_A, **_):
 
 
 def syevd(a, position, *, vectors=True, axis, ndev, T_A, **_):
-    """Hermitian eigensolver: ``(v, w, status)`` as ``jaxmg_cuda.mg_syevd``, by block Jacobi
-    (:mod:`jaxmg.engines.jacobi`)."""
+    """Hermitian eigensolver: ``(v, w, status)`` as ``jaxmg_cuda.mg_syevd``, by Householder
+    tridiagonalisation (:mod:`jaxmg.engines.tridiagonal`)."""
     layout = _columns(ndev, a.shape[0], T_A)
-    return jacobi.syevd(a, position, layout, vectors=vectors, axis=axis, ndev=ndev)
+    return tridiagonal.syevd(a, position, layout, vectors=vectors, axis=axis, ndev=ndev)
 
 
 class CollectiveEngine(Engine):

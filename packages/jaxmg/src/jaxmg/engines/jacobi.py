@@ -105,19 +105,24 @@ def _times(h, v, position, table, axis, ndev):
 
 
 def _orthonormalized(v, axis, ndev):
-    """One Newton-Schulz step ``V (3 I - V^H V) / 2``: the rounding of the sweeps' rotations
-    (``||V^H V - I||`` a few hundred ``eps``) squared. Each device's ``sum_e V_e (V_e^H V_d)``
-    in a ring over the others' columns."""
+    """One Newton-Schulz step ``V (3 I - V^H V) / 2``, and ``||V^H V - I||_F`` before it: the
+    step squares that distance (the rounding of the sweeps' rotations, a few hundred ``eps``).
+    Each device's ``sum_e V_e (V_e^H V_d)`` in a ring over the others' columns, the Gram blocks
+    ``V_e^H V_d`` on the way."""
 
     def step(k, carry):
-        total, block = carry
+        total, block, off = carry
         block = lax.ppermute(block, axis, _shift(ndev, 1))
-        return total + _mm(_mm(jnp.conj(block), v.T).T, block), block
+        gram = _mm(jnp.conj(block), v.T)
+        return total + _mm(gram.T, block), block, off + jnp.sum(jnp.abs(gram) ** 2)
 
-    total = _mm(_mm(jnp.conj(v), v.T).T, v)
+    gram = _mm(jnp.conj(v), v.T)
+    eye = jnp.eye(v.shape[0], dtype=v.dtype)
+    off = jnp.sum(jnp.abs(gram - eye) ** 2)
+    total = _mm(gram.T, v)
     if ndev > 1:
-        total, _ = lax.fori_loop(1, ndev, step, (total, v))
-    return 1.5 * v - 0.5 * total
+        total, _, off = lax.fori_loop(1, ndev, step, (total, v, off))
+    return 1.5 * v - 0.5 * total, jnp.sqrt(lax.psum(off, axis))
 
 
 def _round(v, w):
@@ -204,7 +209,7 @@ def syevd(a, position, layout, *, vectors=True, axis, ndev):
 
     inf = jnp.asarray(jnp.inf, real)
     v, off, _, _ = lax.while_loop(going, sweep, (v, inf, inf, 0))
-    v = _orthonormalized(v, axis, ndev)
+    v, _ = _orthonormalized(v, axis, ndev)
     w = _times(h, v, position, table, axis, ndev)
     values = jnp.real(jnp.sum(jnp.conj(v) * w, axis=1))  # Rayleigh quotients
     everyone = lax.all_gather(values, axis, tiled=True)  # [p * width], device-major
@@ -215,14 +220,20 @@ def syevd(a, position, layout, *, vectors=True, axis, ndev):
     if not vectors:
         return a, eigenvalues, status
     source = ranked[jnp.asarray(layout)[position]]  # the rank each local row takes
-    device, row = source // width, source % width
+    out = _collect(v, source // width, source % width, position, axis, ndev)[:, :n]
+    return jnp.where(ok, out, jnp.nan), eigenvalues, status
 
-    def collect(k, carry):
+
+def _collect(v, device, row, position, axis, ndev):
+    """Row ``r`` of the result is row ``row[r]`` of device ``device[r]``'s ``v``: each device's
+    ``v`` passed once around the ring."""
+
+    def step(k, carry):
         out, block = carry
         theirs = (position - k) % ndev
         out = jnp.where((device == theirs)[:, None], jnp.take(block, row, axis=0), out)
         return out, lax.ppermute(block, axis, _shift(ndev, 1))
 
-    out, _ = lax.fori_loop(0, ndev, collect, (jnp.zeros((s, order), a.dtype), v))
-    out = out[:, :n]
-    return jnp.where(ok, out, jnp.nan), eigenvalues, status
+    out = jnp.zeros((device.shape[0], v.shape[1]), v.dtype)
+    out, _ = lax.fori_loop(0, ndev, step, (out, v))
+    return out

@@ -13,10 +13,12 @@ crash loses one group, not the table) and merges their rows into its results fil
   on the H100); cho_factor + cho_solve (with logdet) and cho_solve with a given factor,
   N=16384; a Gaussian process likelihood's value_and_grad, N=8192 (its kernel matrix built on
   the mesh, as in ``benchmarks/autodiff.py``).
-- ``blocked``: potrs float64 N=32768 by backend ``"jax"``'s engine of XLA collectives forced
-  on one device (``blocked``: on one device ``backend="jax"`` takes JAX's own dense solvers),
-  against JAX's ``cho_factor`` + ``cho_solve``: the GEMM-bound efficiency each device of
-  several would bring (issue 47 aims at 1.25x JAX's time).
+- ``blocked``: potrs float64 N=32768 and syevd float64 N=8192 by backend ``"jax"``'s engine of
+  XLA collectives forced on one device (``blocked``: on one device ``backend="jax"`` takes
+  JAX's own dense solvers), against JAX's ``cho_factor`` + ``cho_solve`` and ``eigh``: the
+  efficiency each device of several would bring (issue 47 aims at 1.25x JAX's time for potrs;
+  issue 48 compares the eigensolver with JAX's ``eigh`` and cuSolverMg's ``syevd``, 3.1x
+  ``eigh`` on an H200).
 - ``scaling`` (more than one device): potrs N=32768 and syevd N=8192 on 1, 2, 4, 8 devices (as
   many as there are), and ``relayout="native"`` against ``"jax"`` on all of them.
 
@@ -116,7 +118,12 @@ def plan(group: str, ndev: int) -> list[Case]:
             *variants("potrs", 16384, tiles=(None, 1024)),
         ]
     if group == "blocked":
-        return [Case("potrs", 32768, "jax"), Case("potrs", 32768, "blocked")]
+        return [
+            Case("potrs", 32768, "jax"),
+            Case("potrs", 32768, "blocked"),
+            Case("syevd", 8192, "jax"),
+            Case("syevd", 8192, "blocked", runs=2),
+        ]
     if group == "syevd":
         return [*variants("syevd", 8192), *variants("syevd_values", 8192)]
     if group == "factored":
@@ -340,6 +347,8 @@ class Bench:
 
         if case.variant == "jax":
             return jax.jit(jnp.linalg.eigh if vectors else jnp.linalg.eigvalsh), (a,), check
+        if case.variant == "blocked":
+            return blocked_syevd(self.devices[0]), (a,), check
         fn = jax.jit(lambda a: jaxmg.syevd(a, case.T_A, return_eigenvectors=vectors, **kw))
         return fn, (a,), check
 
@@ -480,6 +489,27 @@ def blocked_potrs(device):
         local, mesh=mesh, in_specs=(spec, P()), out_specs=(P(), P()), check_vma=False
     )
     return jax.jit(lambda a, b: solve(a, b)[0])
+
+
+def blocked_syevd(device):
+    """``syevd`` by the engine of collectives (:mod:`jaxmg.engines.tridiagonal`) on a mesh of
+    ``device`` alone, as :func:`blocked_potrs` calls ``potrs``: a symmetric ``A`` is its own
+    storage, and the eigenvectors come back as rows."""
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh, PartitionSpec as P
+
+    from jaxmg.engines import collectives
+
+    def local(a):
+        position = jax.lax.axis_index("x")
+        v, w, _ = collectives.syevd(a, position, axis="x", ndev=1, T_A=a.shape[0])
+        return w, v.T
+
+    mesh = Mesh(np.array([device]), ("x",))
+    spec = P(None, "x")
+    solve = jax.shard_map(local, mesh=mesh, in_specs=(spec,), out_specs=(P(), P()), check_vma=False)
+    return jax.jit(solve)
 
 
 def describe(case: Case, devices) -> dict:

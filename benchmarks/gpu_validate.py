@@ -97,7 +97,7 @@ PYTEST_STEPS = (
 )
 BENCH = {
     "potrs": (110, 80),
-    "blocked": (60, 60),
+    "blocked": (150, 60),
     "syevd": (80, 35),
     "factored": (70, 0),
     "scaling": (150, 0),

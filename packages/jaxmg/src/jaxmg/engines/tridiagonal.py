@@ -53,7 +53,6 @@ becomes a select, so a batch computes both.
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -278,30 +277,38 @@ def _clusters(values, first, scale):
 
 def _orthonormalize_clusters(x, cluster):
     """Gram-Schmidt (twice) of each vector against the earlier ones of its cluster, in position
-    order; rows of ``x`` are the vectors, ``cluster`` their cluster ids."""
-    m, n = x.shape
-    padded = jnp.concatenate([jnp.zeros((WINDOW, n), x.dtype), x])
+    order; columns of ``x`` are the vectors, ``cluster`` their cluster ids."""
+    n, m = x.shape
+    padded = jnp.concatenate([jnp.zeros((n, WINDOW), x.dtype), x], axis=1)
     ids = jnp.concatenate([jnp.full(WINDOW, -1, cluster.dtype), cluster])
 
     def one(j, padded):
-        y = lax.dynamic_slice_in_dim(padded, j, WINDOW)  # the WINDOW vectors before j
+        y = lax.dynamic_slice_in_dim(padded, j, WINDOW, axis=1)  # the WINDOW vectors before j
         mates = lax.dynamic_slice_in_dim(ids, j, WINDOW) == ids[j + WINDOW]
-        z = padded[j + WINDOW]
+        z = lax.dynamic_index_in_dim(padded, j + WINDOW, axis=1, keepdims=False)
         for _ in range(2):
-            z = z - _mm(jnp.where(mates, _mm(y, z), 0), y)
+            z = z - _mm(y, jnp.where(mates, _mm(z, y), 0))
         z = z / jnp.linalg.norm(z)
-        return padded.at[j + WINDOW].set(z)
+        return lax.dynamic_update_index_in_dim(padded, z, j + WINDOW, axis=1)
 
-    return lax.fori_loop(0, m, one, padded)[WINDOW:]
+    return lax.fori_loop(0, m, one, padded)[:, WINDOW:]
+
+
+def _start(r, positions, dtype):
+    """Row ``r`` of the starting vectors of ``positions``: numbers in ``[-1, 1)`` that depend on
+    the row and the position only, so every device that computes a position starts it alike."""
+    t = jnp.sin(r.astype(dtype) * 12.9898 + positions.astype(dtype) * 78.233) * 43758.5453
+    return 2 * (t - jnp.floor(t)) - 1
 
 
 def _inverse_iteration(d, e, first, end, values, cluster, lanes, scale):
-    """Unit eigenvectors of ``T`` (rows) for the positions ``lanes``."""
+    """Unit eigenvectors of ``T`` (columns ``[N, lanes]``) for the positions ``lanes``. The
+    starts are zero outside the position's unreduced block, and so are the iterates (``T``'s
+    entries between blocks are zero)."""
     n = d.shape[0]
     real = d.dtype
     lam = values[lanes]
     block_lo, block_hi = first[lanes], end[lanes]
-    rows = jnp.arange(n, dtype=jnp.int32)
     floor = jnp.finfo(real).eps * scale
     floor = jnp.where(floor > 0, floor, jnp.finfo(real).tiny)
     e_before = jnp.concatenate([jnp.zeros(1, real), e])
@@ -314,34 +321,36 @@ def _inverse_iteration(d, e, first, end, values, cluster, lanes, scale):
         return u, u
 
     _, u = lax.scan(pivot, jnp.ones_like(lam), (d, e_before), unroll=UNROLL)  # [n, lanes]
-    u_before = jnp.concatenate([jnp.ones((1, lam.shape[0]), real), u[:-1]])
 
-    def solve(b):  # b [n, lanes]
-        def down(y, inputs):
+    def solve(b):  # (T - lam I)^{-1} b; b None: the starting vectors
+        def down(carry, inputs):
+            y, before = carry
             br, er, ur = inputs
-            y = br - er / ur * y
-            return y, y
+            if b is None:
+                inside = (br >= block_lo) & (br < block_hi)
+                br = jnp.where(inside, _start(br, lanes, real), 0)
+            y = br - er / before * y
+            return (y, ur), y
 
         def up(x, inputs):
             yr, er, ur = inputs
             x = (yr - er * x) / ur
             return x, x
 
-        _, y = lax.scan(down, jnp.zeros_like(lam), (b, e_before, u_before), unroll=UNROLL)
+        rhs = jnp.arange(n, dtype=jnp.int32) if b is None else b
+        init = (jnp.zeros_like(lam), jnp.ones_like(lam))
+        _, y = lax.scan(down, init, (rhs, e_before, u), unroll=UNROLL)
         _, x = lax.scan(up, jnp.zeros_like(lam), (y, e_after, u), reverse=True, unroll=UNROLL)
         return x
 
-    inside = (rows[:, None] >= block_lo[None, :]) & (rows[:, None] < block_hi[None, :])
-    keys = jax.vmap(lambda p: jax.random.fold_in(jax.random.key(0), p))(lanes)
-    start = jax.vmap(lambda k: jax.random.uniform(k, (n,), real, -1, 1))(keys).T
-    x = jnp.where(inside, start, 0)
     tight = jnp.any(cluster[1:] == cluster[:-1])
 
-    for _ in range(ITERATIONS):
-        x = jnp.where(inside, solve(x), 0)
+    def step(x):
         x = x / jnp.linalg.norm(x, axis=0, keepdims=True)
-        x = lax.cond(tight, lambda x: _orthonormalize_clusters(x.T, cluster).T, lambda x: x, x)
-    return x.T
+        return lax.cond(tight, lambda x: _orthonormalize_clusters(x, cluster), lambda x: x, x)
+
+    # a loop, not unrolled steps: XLA kept every step's [N, lanes] iterates alive
+    return lax.fori_loop(1, ITERATIONS, lambda _, x: step(solve(x)), step(solve(None)))
 
 
 def _panel(a, position, k, nb, c0, owner_of, row_of, axis):
@@ -416,7 +425,7 @@ def syevd(a, position, layout, *, vectors=True, axis, ndev):
     outside = lanes != position * s - WINDOW + jnp.arange(s + 2 * WINDOW, dtype=jnp.int32)
     ids = jnp.where(outside, -2 - jnp.arange(s + 2 * WINDOW, dtype=jnp.int32), cluster[lanes])
 
-    z = _inverse_iteration(d, e, first, end, values, ids, lanes, scale)[WINDOW : WINDOW + s]
+    z = _inverse_iteration(d, e, first, end, values, ids, lanes, scale)[:, WINDOW : WINDOW + s].T
     v = _back_transform(z.astype(a.dtype), reflectors, tau, position, layout, axis, ndev)
 
     def polish(carry):

@@ -5,8 +5,9 @@ that chooses among them.
 - :mod:`jaxmg.engines.mp`: backend ``"mp"``, the distributed engine (ScaLAPACK over MPI,
   cuSOLVERMp over NCCL);
 - :mod:`jaxmg.engines.dense` and :mod:`jaxmg.engines.collectives`: backend ``"jax"``, JAX's own
-  dense solvers on one device, and on several a blocked Cholesky, LU and block Jacobi
-  eigensolver in XLA's collectives (:mod:`jaxmg.engines.jacobi`).
+  dense solvers on one device, and on several a blocked Cholesky, LU and a tridiagonal
+  eigensolver in XLA's collectives (:mod:`jaxmg.engines.tridiagonal`, with block Jacobi,
+  :mod:`jaxmg.engines.jacobi`, where it cannot).
 
 A new engine is a new module with its ``ENGINE`` and one line in :data:`ENGINES`. This module is
 the only one that reads a backend's name: it checks ``backend=`` (:func:`asked`), chooses the

@@ -81,6 +81,12 @@ SMALL = 256
 _mm = jacobi._mm
 
 
+def _unroll(n: int) -> int:
+    """Rows per trip of a loop over ``T``'s rows: :data:`UNROLL` from ``N`` = 512, where the
+    trips' cost shows, one below (a smaller program to compile)."""
+    return UNROLL if n >= 512 else 1
+
+
 def _stages(n: int, nb: int) -> list[tuple[int, int]]:
     """The reduction's stages ``[c0, c1)`` of whole panels: each holds the static shapes of its
     first column's trailing matrix, so it does at most ``1 / SHRINK^2`` its own flops."""
@@ -250,7 +256,7 @@ def _bisection(d, e, first, end, positions):
             return (q, k), None
 
         init = (jnp.ones_like(x), jnp.zeros_like(rank))
-        (_, k), _ = lax.scan(step, init, (d, e2, rows), unroll=UNROLL)
+        (_, k), _ = lax.scan(step, init, (d, e2, rows), unroll=_unroll(n))
         return k
 
     def halve(_, bounds):
@@ -320,15 +326,15 @@ def _inverse_iteration(d, e, first, end, values, cluster, lanes, scale):
         u = jnp.where(jnp.abs(u) < floor, jnp.where(u < 0, -floor, floor), u)
         return u, u
 
-    _, u = lax.scan(pivot, jnp.ones_like(lam), (d, e_before), unroll=UNROLL)  # [n, lanes]
+    unroll = _unroll(n)
+    _, u = lax.scan(pivot, jnp.ones_like(lam), (d, e_before), unroll=unroll)  # [n, lanes]
 
-    def solve(b):  # (T - lam I)^{-1} b; b None: the starting vectors
+    def solve(start, b):  # (T - lam I)^{-1} b, or of the starting vectors where start
         def down(carry, inputs):
             y, before = carry
-            br, er, ur = inputs
-            if b is None:
-                inside = (br >= block_lo) & (br < block_hi)
-                br = jnp.where(inside, _start(br, lanes, real), 0)
+            br, er, ur, r = inputs
+            inside = (r >= block_lo) & (r < block_hi)
+            br = jnp.where(start, jnp.where(inside, _start(r, lanes, real), 0), br)
             y = br - er / before * y
             return (y, ur), y
 
@@ -337,20 +343,17 @@ def _inverse_iteration(d, e, first, end, values, cluster, lanes, scale):
             x = (yr - er * x) / ur
             return x, x
 
-        rhs = jnp.arange(n, dtype=jnp.int32) if b is None else b
         init = (jnp.zeros_like(lam), jnp.ones_like(lam))
-        _, y = lax.scan(down, init, (rhs, e_before, u), unroll=UNROLL)
-        _, x = lax.scan(up, jnp.zeros_like(lam), (y, e_after, u), reverse=True, unroll=UNROLL)
-        return x
-
-    tight = jnp.any(cluster[1:] == cluster[:-1])
-
-    def step(x):
+        rows = jnp.arange(n, dtype=jnp.int32)
+        _, y = lax.scan(down, init, (b, e_before, u, rows), unroll=unroll)
+        _, x = lax.scan(up, jnp.zeros_like(lam), (y, e_after, u), reverse=True, unroll=unroll)
         x = x / jnp.linalg.norm(x, axis=0, keepdims=True)
         return lax.cond(tight, lambda x: _orthonormalize_clusters(x, cluster), lambda x: x, x)
 
-    # a loop, not unrolled steps: XLA kept every step's [N, lanes] iterates alive
-    return lax.fori_loop(1, ITERATIONS, lambda _, x: step(solve(x)), step(solve(None)))
+    tight = jnp.any(cluster[1:] == cluster[:-1])
+    # one loop, its first step from the starting vectors: XLA kept every unrolled step's
+    # [N, lanes] iterates alive, and each copy of the step is compiled anew
+    return lax.fori_loop(0, ITERATIONS, lambda i, x: solve(i == 0, x), jnp.zeros_like(u))
 
 
 def _panel(a, position, k, nb, c0, owner_of, row_of, axis):

@@ -1,6 +1,7 @@
 """Backend ``"jax"``'s eigensolver on several devices (Householder tridiagonalisation, bisection
-and inverse iteration, ``jaxmg.engines.tridiagonal``) against LAPACK's ``?syevd`` (numpy's ``eigh``) and backend ``"mg"`` (the LAPACK twin) in the same
-run, float64, ``A`` sharded by columns (issue 48's targets).
+and inverse iteration, ``jaxmg.engines.tridiagonal``) against LAPACK's ``?syevd`` (numpy's
+``eigh``) and backend ``"mg"`` (the LAPACK twin) in the same run, float64, ``A`` sharded by
+columns (issue 48's targets).
 
 - ``accuracy``: ``||A V - V diag(w)||_F / ||A||_F`` and ``||V^H V - I||_F`` of the engine and of
   LAPACK on the same matrix, and their ratios, for random spectra of condition 1 to 1e12

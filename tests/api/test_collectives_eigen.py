@@ -123,6 +123,16 @@ def test_clustered_and_repeated_eigenvalues_keep_orthonormal_vectors(
     check_pairs(a, w, v)
 
 
+def test_matrices_near_overflow_and_underflow(mesh, without_fallback):
+    """``A`` times 1e300 and 1e-300: the engine scales ``A`` by a power of two first, so the
+    eigenvalues scale and the eigenvectors do not change."""
+    n = 8 * mesh.size
+    a = hermitian(n, seed=10)
+    for scale in (1e300, 1e-300):
+        w, v = jaxmg.syevd(put(a * scale, mesh, FORMS["cols"]), backend="jax")
+        check_pairs(a, np.asarray(w) / scale, v)
+
+
 def test_block_jacobi_where_a_cluster_is_wider_than_the_window(mesh, monkeypatch):
     """With no room for clusters (a window of 0) every spectrum with a cluster takes block
     Jacobi, which gives the same eigenpairs."""

@@ -72,7 +72,7 @@ POLISH = 6
 #: Rows of ``T`` per trip of the tridiagonal problem's loops (a trip costs about a microsecond).
 UNROLL = 8
 #: Off-diagonal entries of ``T`` below ``SPLIT sqrt(N) eps ||T||_max`` are set to zero.
-SPLIT = 1
+SPLIT = 4
 #: A stage of the reduction ends once the trailing order has fallen to this fraction...
 SHRINK = 0.75
 #: ... until it is this small.
@@ -130,7 +130,7 @@ def _owners(layout, n):
     return jnp.asarray(owner_of), jnp.asarray(row_of)
 
 
-def _tridiagonalize(h, position, layout, axis, ndev):
+def _tridiagonalize(h, position, layout, axis):
     """``(reflectors, d, e, tau)``: ``T = tridiag(e, d, e)`` with ``Q^H M Q = T``, ``Q`` the
     product of the reflectors ``I - tau_c v_c v_c^H``, ``v_c`` kept in the row of ``a`` that
     held ``M``'s column ``c`` (from row ``c + 1`` on; what is above is left over)."""
@@ -213,8 +213,10 @@ def _split(d, e):
     """``T``'s off-diagonal with the entries at rounding level set to zero, and each row's
     unreduced block ``[first, end)``. Rounding level is :data:`SPLIT` ``sqrt(N) eps ||T||_max``:
     where ``M`` has an eigenvalue of multiplicity ``m``, the reduction leaves ``m - 1`` entries
-    of 3 to 25 ``eps ||M||`` (N = 256; an unreduced tridiagonal has distinct eigenvalues).
-    Setting an entry to zero moves ``T`` by that much; those left form clusters."""
+    of 3 to 25 ``eps ||M||`` (N = 256; an unreduced tridiagonal has distinct eigenvalues), and
+    with ``SPLIT = 1`` the ``+-1`` spectrum of N = 128 kept chains of more than
+    :data:`WINDOW` eigenvalues on 8 devices. Setting an entry to zero moves ``T`` by that
+    much; those left form clusters."""
     n = d.shape[0]
     eps = jnp.finfo(d.dtype).eps
     scale = jnp.maximum(jnp.max(jnp.abs(d)), jnp.max(jnp.abs(e), initial=0))
@@ -369,7 +371,7 @@ def _panel(a, position, k, nb, c0, owner_of, row_of, axis):
     return jnp.where(keep, v, 0)
 
 
-def _back_transform(z, a, tau, position, layout, axis, ndev):
+def _back_transform(z, a, tau, position, layout, axis):
     """``Q Z`` (rows) by panels of reflectors, the last first: ``Z - V T V^H Z`` with ``T``
     the panel's compact WY factor (LAPACK's ``?larft``). A panel from column ``k`` changes
     ``Z``'s columns from ``k + 1`` on, so the panels go in the reduction's stages, each on the
@@ -412,13 +414,17 @@ def syevd(a, position, layout, *, vectors=True, axis, ndev):
     real = jnp.finfo(a.dtype).dtype
     h = jacobi._hermitian(a, position, jnp.asarray(layout), axis, ndev)
     finite = lax.psum(jnp.sum(~jnp.isfinite(h)), axis) == 0
-    h = jnp.where(finite, h, 0)
-    reflectors, d, e, tau = _tridiagonalize(h, position, layout, axis, ndev)
+    # M scaled by a power of two to a largest entry in [1, 2): no square in the reduction
+    # overflows or underflows (LAPACK's ?syevd scales outside a safe range)
+    largest = lax.pmax(jnp.max(jnp.where(finite, jnp.abs(h), 0)), axis)
+    power = jnp.where(largest > 0, jnp.floor(jnp.log2(jnp.where(largest > 0, largest, 1))), 0)
+    h = jnp.where(finite, h * jnp.exp2(-power).astype(h.dtype), 0)
+    reflectors, d, e, tau = _tridiagonalize(h, position, layout, axis)
     e, first, end, scale = _split(d, e)
     own = position * s + jnp.arange(s, dtype=jnp.int32)
     values = lax.all_gather(_bisection(d, e, first, end, own), axis, tiled=True)
     ranked = jnp.argsort(values).astype(jnp.int32)
-    eigenvalues = jnp.where(finite, values[ranked], jnp.nan)
+    eigenvalues = jnp.where(finite, values[ranked] * jnp.exp2(power), jnp.nan)
     if not vectors:
         status = jnp.where(finite, 0, n + 1).astype(jnp.int32)[None]
         return a, eigenvalues, status
@@ -429,7 +435,7 @@ def syevd(a, position, layout, *, vectors=True, axis, ndev):
     ids = jnp.where(outside, -2 - jnp.arange(s + 2 * WINDOW, dtype=jnp.int32), cluster[lanes])
 
     z = _inverse_iteration(d, e, first, end, values, ids, lanes, scale)[:, WINDOW : WINDOW + s].T
-    v = _back_transform(z.astype(a.dtype), reflectors, tau, position, layout, axis, ndev)
+    v = _back_transform(z.astype(a.dtype), reflectors, tau, position, layout, axis)
 
     def polish(carry):
         v, _, count = carry

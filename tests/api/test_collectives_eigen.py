@@ -113,7 +113,16 @@ def without_fallback(monkeypatch):
     monkeypatch.setattr(jacobi, "syevd", nan)
 
 
-@pytest.mark.parametrize("spectrum", SPECTRA)
+#: The spectra every device count runs: clusters that cross the devices' ranges (repeated), T
+#: split into 2x2 blocks (two values), several Newton-Schulz steps (geometric). The others take
+#: the same paths and run with 4 devices.
+EVERYWHERE = ("repeated", "two values", "geometric")
+
+
+@pytest.mark.parametrize(
+    "spectrum",
+    [s if s in EVERYWHERE else pytest.param(s, marks=pytest.mark.grid_sweep) for s in SPECTRA],
+)
 def test_clustered_and_repeated_eigenvalues_keep_orthonormal_vectors(
     mesh, spectrum, without_fallback
 ):

@@ -6,6 +6,10 @@
   that do not depend on the device count, and single-precision cases, run with 4 devices only
   (tests/conftest.py), in two processes; the 3- and 8-device runs leave out the derivative
   and drop-in tests (``NARROW``).
+- ``pure``: jaxmg installed without jaxmg-cuda (``./packages/jaxmg-layout`` and
+  ``./packages/jaxmg[test]``, no compiler), on 4 simulated CPU devices: backend ``"jax"``'s tests,
+  the default backend's choice without the native engines, the examples and the documents'
+  Python blocks (``PURE_TESTS``), in two pytest processes.
 - ``compat``: the CPU suite on 4 devices on the newest jax, with Python 3.12, in double
   precision, without the native, benchmark and decompositions-against-numpy tests
   (``COMPAT_LEAVES_OUT``); and NetKet 3.23's client tests there.
@@ -27,9 +31,10 @@
   which also runs without nox): build jaxmg-cuda, run the CUDA layer and the GPU tests with
   ``JAXMG_REQUIRE_GPU=1``, then the GPU benchmark table against JAX's own solvers; one results
   file and one log in ``benchmarks/results`` (``-- --results DIR`` elsewhere).
-- ``mpi``: MKL's ScaLAPACK over MPICH, both from pip (``jaxmg[mpi]``), under ``mpiexec``: the
-  engine alone on 1x2, 2x1 and 2x2 process grids laid out by ``jaxmg_layout.BlockCyclic2D``, its
-  native targets on those grids, and jaxmg's API with ``backend="mp"`` on 2 and 4 processes;
+- ``mpi``: MKL's ScaLAPACK over MPICH, both from pip (jaxmg's ``[mpi]`` extra), under
+  ``mpiexec``: the engine alone on 1x2, 2x1 and 2x2 process grids laid out by
+  ``jaxmg_layout.BlockCyclic2D``, its native targets on those grids, and jaxmg's API with
+  ``backend="mp"`` on 2 and 4 processes;
   then the GPU engine (cuSOLVERMp over NCCL) on the emulator of tests/native/fake_cuda, which
   computes with that ScaLAPACK.
 - ``cuda_abi``: no GPU needed: fetch NVIDIA's CUDA 12 and 13 wheels (pinned, cached in
@@ -51,7 +56,7 @@ DEVICE_COUNTS = (1, 2, 3, 4, 8)
 # build isolation (which would download jaxlib again for every build).
 NATIVE_BUILD_DEPS = ("scikit-build-core>=0.10", "pybind11>=2.13", "jax>=0.10", "jaxlib>=0.10")
 
-nox.options.sessions = ["lint", "cuda_abi", "tests", "compat", "clients", "mpi", "wheels"]
+nox.options.sessions = ["lint", "cuda_abi", "tests", "pure", "compat", "clients", "mpi", "wheels"]
 nox.options.error_on_missing_interpreters = True
 
 
@@ -159,6 +164,37 @@ def tests(session):
         label = "multi-process jobs (jax.distributed on localhost, 2 and 4 processes)"
         runs.append((label, ["tests/multiprocess", "-q", "-p", "no:cacheprovider"], {}))
     run_pytest(session, runs)
+
+
+# What ``nox -s pure`` runs where jaxmg-cuda is not installed, in two pytest processes: backend
+# "jax"'s tests; and the default's choice without the native engines, the import, the pins, the
+# examples and the documents' Python blocks. Left out there, and run by ``tests``: the example of
+# jaxmg 1.x's names (the slowest), and examples/largest_potrs.py, whose claim is the in-place
+# factor of the native engines (backend "jax" fits 1.44x JAX's N at 8 MiB, not 1.5x).
+PURE_TESTS = (
+    ("tests/api/test_collectives.py",),
+    (
+        "tests/api/test_pure_install.py",
+        "tests/api/test_examples.py",
+        "tests/api/test_import.py",
+        "tests/api/test_packaging.py",
+    ),
+)
+PURE_LEAVES_OUT = ("-k", "not jaxmg1_api and not largest_potrs")
+
+
+@nox.session
+def pure(session):
+    """jaxmg as a user without a compiler installs it: jaxmg-layout and jaxmg alone, no
+    jaxmg-cuda (checked: it does not import), then PURE_TESTS on 4 simulated CPU devices."""
+    session.install(str(PACKAGES / "jaxmg-layout"), f"{PACKAGES / 'jaxmg'}[test]")
+    session.run(
+        "python",
+        "-c",
+        "import importlib.util as u, sys; "
+        "sys.exit('jaxmg_cuda is installed' if u.find_spec('jaxmg_cuda') else 0)",
+    )
+    run_pytest(session, [cpu_suite(4, paths, *PURE_LEAVES_OUT) for paths in PURE_TESTS])
 
 
 # The client libraries tests/clients runs, pinned to the releases those tests were written for:

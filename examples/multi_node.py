@@ -1,5 +1,7 @@
 """jaxmg's distributed engine, ``backend="mp"``: one process per device, ScaLAPACK over MPI on
-CPUs (no GPU needed; ``pip install 'jaxmg[mpi]'`` brings MKL's ScaLAPACK, MPICH and mpi4py).
+CPUs (no GPU needed). From a clone of this repository,
+``pip install ./packages/jaxmg-layout ./packages/jaxmg-cuda './packages/jaxmg[mpi]'`` brings
+jaxmg's native engines, MKL's ScaLAPACK, MPICH and mpi4py.
 
     mpiexec -n 4 python examples/multi_node.py      # as on a cluster: one process per device
     python examples/multi_node.py                   # the same: it starts mpiexec -n 4 itself
@@ -29,7 +31,10 @@ def launch(args) -> int:
     mpiexec = os.path.join(sys.prefix, "bin", "mpiexec")
     mpiexec = mpiexec if os.path.exists(mpiexec) else shutil.which("mpiexec")
     if mpiexec is None:
-        sys.exit("no mpiexec: pip install 'jaxmg[mpi]' (or: pip install mkl mpich mpi4py)")
+        sys.exit(
+            "no mpiexec: pip install mkl mpich mpi4py (or, from a clone of this repository, "
+            "pip install ./packages/jaxmg-layout ./packages/jaxmg-cuda './packages/jaxmg[mpi]')"
+        )
     command = [mpiexec, "-n", str(args.processes), sys.executable, __file__, "--n", str(args.n)]
     return subprocess.run(command, env=dict(os.environ, OMP_NUM_THREADS="1")).returncode
 

@@ -19,14 +19,36 @@ def project(name):
     return tomllib.loads((PACKAGES / name / "pyproject.toml").read_text())["project"]
 
 
+def _pins(requirements):
+    return sorted(r for r in requirements if r.startswith("jaxmg-"))
+
+
 def test_one_version_released_together():
     versions = {name: project(name)["version"] for name in NAMES}
     assert len(set(versions.values())) == 1, versions
     major_minor = ".".join(versions["jaxmg"].split(".")[:2])
-    pins = [d for d in project("jaxmg")["dependencies"] if d.startswith("jaxmg-")]
-    assert sorted(pins) == [f"jaxmg-cuda == {major_minor}.*", f"jaxmg-layout == {major_minor}.*"]
+    jaxmg = project("jaxmg")
+    assert _pins(jaxmg["dependencies"]) == [f"jaxmg-layout == {major_minor}.*"]
+    extras = jaxmg["optional-dependencies"]
+    for extra in ("cuda", "mpi"):  # the native engines (mpi: backend "mp"'s)
+        assert _pins(extras[extra]) == [f"jaxmg-cuda == {major_minor}.*"], extra
     for name in NAMES:  # what is installed is what the pyproject says
-        assert importlib.metadata.version(name) == versions[name]
+        try:
+            installed = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            assert name == "jaxmg-cuda", f"{name} is not installed"  # optional: jaxmg[cuda]
+            continue
+        assert installed == versions[name]
+
+
+def test_jaxmg_is_pure_python():
+    """jaxmg installs with jax, numpy and jaxmg-layout alone: the native engines (jaxmg-cuda)
+    are the extras ``cuda`` and ``mpi``, and no other extra pulls them in."""
+    jaxmg = project("jaxmg")
+    names = [re.split(r"[\s=<>!~\[;]", r, maxsplit=1)[0] for r in jaxmg["dependencies"]]
+    assert sorted(names) == ["jax", "jaxmg-layout", "numpy"]
+    pulling = sorted(e for e, reqs in jaxmg["optional-dependencies"].items() if _pins(reqs))
+    assert pulling == ["cuda", "mpi"]
 
 
 def test_no_version_written_in_the_sources():

@@ -207,6 +207,16 @@ def test_multinode_recipe_two_processes(local_devices):
     assert_all_passed(codes, checks, output, 2, 5)
 
 
+def test_default_backend_with_several_devices_per_process():
+    """2 processes x 2 devices, A by rows over all 4: the native engines solve with one process
+    driving the axis or one device per process, so the default chooses backend "jax"; potrs,
+    lu_solve, syevd and a log-determinant's gradient right on both processes, eagerly and under
+    jit (where only the abstract mesh is known)."""
+    codes, checks, output = run_job("default_2x2", 2, local_devices=2)
+    # the engine, then 4 checks eagerly and 4 under jit, then done
+    assert_all_passed(codes, checks, output, 2, 1 + 4 * 2 + 1)
+
+
 @pytest.mark.parametrize("args", [[], ["--processes", "4"], ["--devices-per-process", "2"]])
 def test_multi_process_example(args):
     """examples/multi_process.py launches its own job; every process prints True. The example

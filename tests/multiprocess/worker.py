@@ -25,6 +25,10 @@ those can land inside a line of ours. Scenarios:
 - ``multinode``: the multi-node recipe (host_mesh, gather_to_hosts) solves on each process's
   own devices: the native engine on several, JAX's own dense solvers on one (no jaxmg call in
   the compiled program).
+- ``default_2x2``: several devices per process across processes (the usual one process per
+  node), which the native engines do not solve on: the default backend chooses backend "jax"
+  for A by rows on the mesh of every device; potrs, lu_solve, syevd and the gradient of a
+  log-determinant, eagerly and under jit.
 - ``one_gpu``: two processes on one GPU. On the H100 (issue 24) jax's own NCCL collectives
   refused the job ("Duplicate GPU detected") before any jaxmg call ran; cuSolverMg itself
   accepts a GPU listed twice. Every process reports which happened: its solve checked against
@@ -260,6 +264,44 @@ def multinode(n, tile):
     report("multinode_syevd", np.allclose(fetch(w), ref, rtol=0, atol=1e-10 * np.abs(ref).max()))
 
 
+def default_several_devices_per_process(n):
+    """The default backend where each process holds several devices of the solver axis."""
+    mesh = jax.make_mesh((jax.device_count(),), ("x",))
+    A = hermitian_pd(n, np.float64, seed=5)
+    G = A + np.triu(A, 1)  # not Hermitian
+    b = np.arange(1, n + 1, dtype=np.float64) / n
+    rows = P("x", None)
+    a, g, bb = place(A, mesh, rows), place(G, mesh, rows), place(b, mesh, P())
+    backend = jaxmg.engines.resolve(a).backend
+    report("default_engine", backend == "jax", backend=backend)
+
+    def solves(a, g, b):
+        x = jaxmg.potrs(a, b)
+        y = jaxmg.lu_solve(jaxmg.lu_factor(g), b)
+        return x, y, jaxmg.syevd(a, return_eigenvectors=False)
+
+    def dlogdet(a, b):
+        return jax.grad(lambda s: jaxmg.potrs(s, b, return_logdet=True)[1])(a)
+
+    def eager(a, g, b):
+        # jax.grad run eagerly on several processes needs the mesh set: JAX's own first step
+        # (the cotangent of the scalar output, placed on the Explicit mesh) asks for it.
+        with jax.set_mesh(mesh):
+            gradient = dlogdet(a, b)
+        return (*solves(a, g, b), gradient)
+
+    tol = 1e-9
+    jitted = jax.jit(lambda a, g, b: (*solves(a, g, b), dlogdet(a, b)))
+    for how, run in (("eager", eager), ("jit", jitted)):
+        x, y, w, grad = (fetch(o) for o in run(a, g, bb))
+        report("default_potrs", scaled_residual(A, x, b) < 30, how=how)
+        report("default_lu_solve", scaled_residual(G, y, b) < 30, how=how)
+        ref = np.linalg.eigvalsh(A)
+        report("default_syevd", np.allclose(w, ref, rtol=0, atol=tol * np.abs(ref).max()), how=how)
+        err = np.abs(grad - np.linalg.inv(A)).max()
+        report("default_logdet_grad", err < tol, how=how, error=err)
+
+
 def one_gpu(n, tile):
     mesh = jax.make_mesh((jax.device_count(),), ("x",))
     A = hermitian_pd(n, np.float64)
@@ -328,6 +370,8 @@ elif scenario in ("leader_dies", "member_dies", "leader_dies_abstract"):
     dies(mesh, n=4 * len(devices), tile=2, victim=1, abstract=scenario.endswith("abstract"))
 elif scenario == "multinode":
     multinode(n=8 * jax.device_count(), tile=4)
+elif scenario == "default_2x2":
+    default_several_devices_per_process(n=8 * jax.device_count())
 elif scenario == "one_gpu":
     one_gpu(n=512, tile=512)
     report("done", True)

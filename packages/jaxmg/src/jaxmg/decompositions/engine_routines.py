@@ -23,12 +23,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-import jaxmg_cuda.mp
 import jaxmg_layout
 
 from ..describe import checks
 from ..describe.checks import AnyMesh, Result, Specs
 from ..describe.sharding import _placed
+from ..engines.mp import targets
 from .glue import (
     _REPLICATED,
     _engine_qr,
@@ -106,7 +106,7 @@ def _mp_call(geometry, wrapper, tile, a, *replicated, shapes=()):
                 r, c = shape
                 sides += ([r // rows] if rows > 1 else []) + ([c // cols] if cols > 1 else [])
         tile = kw["T_A"] = min(tile, *sides)
-        kw["nccl_id"] = jaxmg_cuda.mp.nccl_id()
+        kw["nccl_id"] = targets().nccl_id()
     specs = tuple(P() if s is None else _like_a(geometry, s) for s in shapes)
     if shapes:
         kw["blocks"] = True
@@ -138,7 +138,7 @@ def _svd_native(geometry, T_A, a):
     k = min(m, n)
     tile = _mp_tile(geometry, T_A, a.shape)
     shapes = ((m, k), None, (k, n))
-    return _mp_call(geometry, jaxmg_cuda.mp.gesvd, tile, a, shapes=shapes)
+    return _mp_call(geometry, targets().gesvd, tile, a, shapes=shapes)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
@@ -147,7 +147,7 @@ def _qr_native(geometry, T_A, a):
     m, n = a.shape
     k = min(m, n)
     tile = _mp_tile(geometry, T_A, a.shape)
-    q, r, status = _mp_call(geometry, jaxmg_cuda.mp.qr, tile, a, shapes=((m, k), (k, n)))
+    q, r, status = _mp_call(geometry, targets().qr, tile, a, shapes=((m, k), (k, n)))
     specs = (_like_a(geometry, q.shape), _like_a(geometry, r.shape))
     q, r = _glue(geometry, specs, _positive_diagonal, q, r)
     return q, r, status
@@ -222,4 +222,4 @@ def gels(
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
 def _gels_call(geometry, tile, a, b):
-    return _mp_call(geometry, jaxmg_cuda.mp.gels, tile, a, b)
+    return _mp_call(geometry, targets().gels, tile, a, b)

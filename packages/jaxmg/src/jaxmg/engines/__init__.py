@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import jax
 
-from ..describe import processes, sharding
+from ..describe import checks, processes, sharding
 from ..describe.call import Geometry
 from . import collectives, dense as dense, mg, mp
 from .base import Engine
@@ -46,23 +46,41 @@ def asked(value, caller: str) -> Engine | None:
     return ENGINES[value]
 
 
-def choose(engine: Engine | None, mesh, axis: str, platform: str, *, cyclic: bool = False):
+def choose(
+    engine: Engine | None, mesh, axis: str, platform: str, *, cyclic: bool = False, caller="jaxmg"
+):
     """``engine`` as asked, or for ``None`` the automatic choice: JAX's own dense solvers when
     ``axis`` holds one device and ``A`` is not given block-cyclic (``cyclic``): there is nothing
     to distribute, and one device's dense solvers are faster than cuSolverMg (and, on CPUs, as
     fast as the LAPACK twin except for potri and eigenvalues alone, which JAX's lack:
     ``backend="mg"`` there); the distributed engine when the devices of ``axis`` are more than
-    cuSolverMg takes or live on several hosts; else cuSolverMg. A process of a multi-process
-    job whose solver axis holds its one device (as :func:`jaxmg.host_mesh` gives with one
-    device per process) solves alone, on JAX's."""
+    cuSolverMg takes or live on several hosts; else cuSolverMg. A native engine is chosen only
+    where it says it can run the call (:meth:`Engine.can_run`: jaxmg-cuda installed, a platform
+    it runs on, processes and a mesh it solves on, which under ``jit`` it must be able to tell
+    from the abstract mesh); elsewhere backend ``"jax"``, which runs any call. A process of a
+    multi-process job whose solver axis holds its one device (as :func:`jaxmg.host_mesh` gives
+    with one device per process) solves alone, on JAX's."""
     ndev = dict(mesh.shape)[axis]
-    engine = engine or _automatic(ndev, mesh, platform, cyclic)
+    engine = engine or _automatic(ndev, mesh, axis, platform, cyclic, caller)
     return engine.alone if ndev == 1 and engine.alone is not None else engine
 
 
-def _automatic(ndev: int, mesh, platform: str, cyclic: bool) -> Engine:
-    if ndev == 1 and not cyclic or platform not in ("cpu", "gpu"):  # no native engine there
-        return ENGINES["jax"]
+def _automatic(ndev: int, mesh, axis: str, platform: str, cyclic: bool, caller: str) -> Engine:
+    portable = ENGINES["jax"]
+    native = ENGINES["mg"]
+    if ndev == 1 and not cyclic:
+        return portable
+    if native.platforms is not None and platform not in native.platforms:
+        return portable  # no native engine there
+    if not native.available():
+        return portable
+    engine = _native_choice(ndev, mesh, platform)
+    return engine if engine.can_run(mesh, (axis,), platform, caller) is None else portable
+
+
+def _native_choice(ndev: int, mesh, platform: str) -> Engine:
+    """The native engine for a call of ``ndev`` devices: the distributed one past cuSolverMg's
+    device limit or across hosts, else cuSolverMg."""
     limit = ENGINES["mg"].max_devices(platform)
     if limit is not None and ndev > limit:
         return ENGINES["mp"]
@@ -74,6 +92,27 @@ def _automatic(ndev: int, mesh, platform: str, cyclic: bool) -> Engine:
     else:
         owners = range(jax.process_count())
     return ENGINES["mp"] if len({hosts[p] for p in owners}) > 1 else ENGINES["mg"]
+
+
+def _refused(engine: Engine, mesh, axes, platform: str, caller: str) -> None:
+    """Raises when ``engine``, asked for by name, cannot run the call: an ImportError when it
+    is not installed, else a ValueError saying why and naming an engine that runs it."""
+    if not engine.available():
+        engine.handlers(caller)
+    reason = engine.can_run(mesh, axes, platform, caller)
+    if reason is None:
+        return
+
+    def runs(other):
+        try:
+            return other.can_run(mesh, axes, platform, caller) is None
+        except NotImplementedError:  # runs only where asked for (jaxmg.describe.processes)
+            return False
+
+    others = [e for e in ENGINES.values() if e is not engine and (len(axes) == 1 or e.takes_grid)]
+    other = next((e for e in others if runs(e)), None)
+    alternative = "" if other is None else f"; backend={other.name!r} runs this call"
+    raise ValueError(reason.rstrip(". ") + alternative + ".")
 
 
 def _grid_engine(engine: Engine | None, row_axis: str, axis: str, what: str, caller: str):
@@ -109,15 +148,12 @@ def geometry(
     if form == "grid":
         engine = _grid_engine(engine, row_axis, axis, what, caller)
         axes = (row_axis, axis)
+        _refused(engine, mesh, axes, platform, caller)
     else:
-        engine = choose(engine, mesh, axis, platform, cyclic=cyclic)
         axes = (axis,)
-    if engine.platforms is not None and platform not in engine.platforms:
-        raise ValueError(
-            f"{caller}: backend={engine.name!r} ({engine.summary}) runs on "
-            f"{' and '.join(engine.platforms)} devices, not on {platform!r} ones; "
-            "backend='jax' runs on every platform."
-        )
+        if engine is not None:
+            _refused(engine, mesh, axes, platform, caller)
+        engine = choose(engine, mesh, axis, platform, cyclic=cyclic, caller=caller)
     ndev, device_ids, job, pids = engine.participants(mesh, axes, platform, caller)
     return Geometry(
         mesh, axis, form, ndev, platform, device_ids, job, pids, engine=engine, row_axis=row_axis
@@ -139,6 +175,7 @@ def resolve(a, mesh=None, in_spec=None, *, argname="A", backend=None, caller="ja
 def locate(A, mesh, spec, backend, caller, cyclic=False):
     """Where a global ``A`` is solved (:func:`resolve`, ``backend`` checked), with the engine's
     libraries opened."""
+    checks.global_arrays(caller)
     where = resolve(A, mesh, spec, backend=asked(backend, caller), caller=caller, cyclic=cyclic)
     where.engine.load(caller, where.platform)
     return where

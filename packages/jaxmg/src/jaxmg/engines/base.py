@@ -9,7 +9,52 @@ A fact that depends on the platform is a method taking it; the others are attrib
 
 from __future__ import annotations
 
+import importlib
 import types
+
+#: ``jaxmg_cuda`` once imported, or the ImportError its import raised.
+_native = None
+
+
+def _imported():
+    global _native
+    if _native is None:
+        try:
+            _native = importlib.import_module("jaxmg_cuda")
+        except ImportError as error:
+            _native = error
+    return _native
+
+
+def native_installed() -> bool:
+    """Whether ``jaxmg_cuda`` (the native engines' handlers) imports in this environment."""
+    return not isinstance(_imported(), ImportError)
+
+
+def install_command(extra: str | None = None) -> str:
+    """What installs the native engines: this repository's three packages, from a clone of it
+    (the package index's ``jaxmg`` is another project), with jaxmg's optional dependencies
+    ``extra`` (e.g. ``"mpi"``)."""
+    jaxmg = "./packages/jaxmg" if extra is None else f"'./packages/jaxmg[{extra}]'"
+    return f"pip install ./packages/jaxmg-layout ./packages/jaxmg-cuda {jaxmg}"
+
+
+def native_module(backend: str, extra: str | None = None, caller: str | None = None):
+    """The ``jaxmg_cuda`` module, imported on first use; else an ImportError that says how to
+    install it. ``backend``: the ``backend=`` value that needs it, ``extra`` the optional
+    dependencies of jaxmg it needs besides, and ``caller`` the public function, for the
+    message."""
+    module = _imported()
+    if isinstance(module, ImportError):
+        missing = isinstance(module, ModuleNotFoundError) and module.name == "jaxmg_cuda"
+        what = "which are not installed" if missing else f"which do not import ({module})"
+        raise ImportError(
+            ("" if caller is None else f"{caller}: ")
+            + f"backend={backend!r} needs jaxmg's native engines (the package jaxmg-cuda), {what}. "
+            "Install them from a clone of this repository (a C++ compiler and CMake build "
+            f"them): {install_command(extra)}. backend='jax' runs without them."
+        ) from module
+    return module
 
 
 class Engine:
@@ -23,6 +68,10 @@ class Engine:
     platforms: tuple[str, ...] | None = ("cpu", "gpu")
     #: What it is, for messages.
     summary: str = ""
+    #: Runs in jaxmg-cuda's native handlers (an optional install: :meth:`handlers`).
+    native: bool = False
+    #: The optional dependencies of jaxmg it needs besides (``jaxmg[extra]``), for messages.
+    extra: str | None = None
     #: Takes ``A`` sharded over a process grid ``P(r, c)``.
     takes_grid: bool = False
     #: Takes the whole matrix as one tile, on a solver axis of one device: nothing to relay,
@@ -70,6 +119,38 @@ class Engine:
 
     def load(self, caller: str, platform: str) -> None:
         """Opens its libraries in this process before a call, or raises saying why not."""
+
+    def available(self) -> bool:
+        """Whether what it runs in is installed in this environment."""
+        return not self.native or native_installed()
+
+    def handlers(self, caller: str | None = None):
+        """The ``jaxmg_cuda`` module of a native engine; an ImportError saying how to install it
+        where it is not installed (``caller``: the public function, for the message)."""
+        return native_module(self.name, self.extra, caller)
+
+    def can_run(self, mesh, axes: tuple[str, ...], platform: str, caller: str) -> str | None:
+        """Why it cannot run a call on the mesh ``axes`` (one, or ``P(r, c)``'s two) of
+        ``mesh`` from this process, as a message, or ``None`` when it can: its platforms, its
+        installation, then :meth:`refusal`. The automatic choice takes a native engine only where
+        this is ``None``; an engine asked for by name is refused with the message
+        (:func:`jaxmg.engines.geometry`)."""
+        if self.platforms is not None and platform not in self.platforms:
+            return (
+                f"{caller}: backend={self.name!r} ({self.summary}) runs on "
+                f"{' and '.join(self.platforms)} devices, not on {platform!r} ones"
+            )
+        if not self.available():
+            try:
+                self.handlers(caller)
+            except ImportError as error:
+                return str(error)
+        return self.refusal(mesh, axes, platform, caller)
+
+    def refusal(self, mesh, axes: tuple[str, ...], platform: str, caller: str) -> str | None:
+        """Why the mesh ``axes`` and the processes holding them are not ones it solves on (the
+        message :meth:`participants` would raise), or ``None``."""
+        return None
 
     def participants(self, mesh, axes: tuple[str, ...], platform: str, caller: str):
         """``(ndev, device_ids, job, pids)`` of a call on the mesh ``axes`` (one, or ``P(r,

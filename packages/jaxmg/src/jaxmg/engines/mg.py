@@ -1,9 +1,10 @@
 """Backend ``"mg"``: cuSolverMg on GPUs and its LAPACK twin on CPUs, one node.
 
-``jaxmg_cuda`` registers both under the same target names, so XLA picks the implementation by
-the platform it lowers for. One process drives every device of the solver axis, or each process
-one device of the node (the native handlers then meet through shared memory). The leader moves
-whole tiles between the devices' buffers into the 1D block-cyclic layout and back, in place.
+``jaxmg_cuda`` (an optional install, imported at the first call) registers both under the same
+target names, so XLA picks the implementation by the platform it lowers for. One process drives
+every device of the solver axis, or each process one device of the node (the native handlers
+then meet through shared memory). The leader moves whole tiles between the devices' buffers into
+the 1D block-cyclic layout and back, in place.
 
 What cuSolverMg cannot do is this engine's to say: its ``getrs`` takes ``trans = N`` only (on
 GPUs, info -1 for the others; its LAPACK twin refuses them too), so solves with ``A^T`` and
@@ -13,14 +14,13 @@ tile limits of its syevd and getrf (:data:`GPU_MAX_TILE`).
 
 from __future__ import annotations
 
+import functools
 import types
 import warnings
 
-import jaxmg_cuda
-
 from ..describe import processes
 from ..utils import JaxMgWarning
-from .base import Engine
+from .base import Engine, native_module
 
 #: cuSolverMg's hard limit on the number of GPUs in one call.
 MAX_GPUS = 16
@@ -45,12 +45,16 @@ _ROUTINES = (
     "getrs",
 )
 
-_WRAPPERS = types.SimpleNamespace(**{r: getattr(jaxmg_cuda, f"mg_{r}") for r in _ROUTINES})
+
+@functools.cache
+def _wrappers() -> types.SimpleNamespace:
+    native = native_module("mg")
+    return types.SimpleNamespace(**{r: getattr(native, f"mg_{r}") for r in _ROUTINES})
 
 
-def check_cuda_support(caller: str, platform: str) -> None:
+def check_cuda_support(caller: str, platform: str, backend: str = "mg") -> None:
     """Raises on GPUs when the installed jaxmg-cuda was built without CUDA."""
-    if platform == "gpu" and not jaxmg_cuda.has_cuda_support():
+    if platform == "gpu" and not native_module(backend).has_cuda_support():
         raise RuntimeError(
             f"{caller}: A lives on GPUs but the installed jaxmg-cuda was built without CUDA "
             "support. Reinstall it with CUDA on (the default): "
@@ -93,10 +97,15 @@ class CuSolverMg(Engine):
     summary = "cuSolverMg, 1D"
     moves_in_place = True
     transposes_factor = True
+    native = True
 
     def routines(self, platform, caller):
+        self.handlers(caller)
         check_cuda_support(caller, platform)
-        return _WRAPPERS
+        return _wrappers()
+
+    def load(self, caller, platform):
+        self.handlers(caller)
 
     def solves_transposed(self, platform):
         return False
@@ -116,6 +125,13 @@ class CuSolverMg(Engine):
             )
             return limit
         return T_A
+
+    def refusal(self, mesh, axes, platform, caller):
+        try:
+            self.participants(mesh, axes, platform, caller)
+        except ValueError as error:
+            return str(error)
+        return None
 
     def participants(self, mesh, axes, platform, caller):
         (axis,) = axes

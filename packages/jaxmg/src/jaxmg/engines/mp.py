@@ -15,15 +15,22 @@ import types
 import jax
 import numpy as np
 
-import jaxmg_cuda
-
 from ..describe import checks, processes
 from . import mg
-from .base import Engine
+from .base import Engine, native_module
 
 _ROUTINES = mg._ROUTINES
 
-_CPU = types.SimpleNamespace(**{r: getattr(jaxmg_cuda.mp, r) for r in _ROUTINES})
+
+def targets():
+    """``jaxmg_cuda.mp``, the engine's targets (jaxmg-cuda is an optional install: an
+    ImportError saying how to install it where it is missing)."""
+    return native_module("mp", "mpi").mp
+
+
+@functools.cache
+def _cpu() -> types.SimpleNamespace:
+    return types.SimpleNamespace(**{r: getattr(targets(), r) for r in _ROUTINES})
 
 
 def _refuse(caller: str, what: str):
@@ -41,8 +48,8 @@ def _refuse(caller: str, what: str):
 def _gpu(caller: str) -> types.SimpleNamespace:
     """The wrappers on GPUs: cuSOLVERMp over this job's NCCL communicator, with what it cannot
     do refused at trace time."""
-    nccl_id = jaxmg_cuda.mp.nccl_id()
-    wrappers = {r: functools.partial(getattr(jaxmg_cuda.mp, r), nccl_id=nccl_id) for r in _ROUTINES}
+    nccl_id = targets().nccl_id()
+    wrappers = {r: functools.partial(getattr(targets(), r), nccl_id=nccl_id) for r in _ROUTINES}
     inverse = _refuse(caller, "inverse (potri, and the derivative of a log-determinant)")
     transposed = _refuse(
         caller,
@@ -100,9 +107,12 @@ class Distributed(Engine):
     summary = "the distributed engine, one process per device"
     takes_grid = True
     own_qr = True
+    native = True
+    extra = "mpi"
 
     def routines(self, platform, caller):
-        return _gpu(caller) if platform == "gpu" else _CPU
+        self.handlers(caller)
+        return _gpu(caller) if platform == "gpu" else _cpu()
 
     def solves_transposed(self, platform):
         return platform != "gpu"
@@ -119,7 +129,8 @@ class Distributed(Engine):
     def load(self, caller, platform):
         """Opens ScaLAPACK over MPI on CPUs; on GPUs NCCL and cuSOLVERMp, whose communicator's
         id the processes share here."""
-        mg.check_cuda_support(caller, platform)
+        self.handlers(caller)
+        mg.check_cuda_support(caller, platform, self.name)
         if platform == "gpu" and os.environ.get(processes.GPU_MULTIPROCESS_ENV) != "1":
             raise NotImplementedError(
                 f"{caller}: backend='mp' on GPUs (cuSOLVERMp over NCCL) has run on one GPU but "
@@ -130,11 +141,18 @@ class Distributed(Engine):
             )
         try:
             if platform == "gpu":
-                jaxmg_cuda.mp.nccl_id()
+                targets().nccl_id()
             else:
-                jaxmg_cuda.mp.load()
+                targets().load()
         except RuntimeError as error:
             raise RuntimeError(f"{caller}: {error}") from error
+
+    def refusal(self, mesh, axes, platform, caller):
+        try:
+            processes_of(mesh, axes, platform, caller)
+        except ValueError as error:
+            return str(error)
+        return None
 
     def participants(self, mesh, axes, platform, caller):
         ndev = processes_of(mesh, axes, platform, caller)

@@ -10,8 +10,13 @@ from typing import Any
 import jax
 
 from ..describe.checks import Backend, Relayout, Result
-from ..programs.local import _potri_local, _syevd_local
-from ..solvers.in_shard_map import _local_statics, _potrs_blocks, in_shard_map
+from ..solvers.in_shard_map import (
+    _local_statics,
+    _potri_blocks,
+    _potrs_blocks,
+    _syevd_blocks,
+    in_shard_map,
+)
 from . import v1
 
 
@@ -63,7 +68,7 @@ def potri_shardmap_ctx(
     unchanged)."""
     caller = "jaxmg.potri_shardmap_ctx"
     call = _local_statics(a, T_A, False, axis_name, "rows", relayout, pad, "potri", caller, backend)
-    return _potri_local(call, a)
+    return _potri_blocks(call, a)
 
 
 def syevd_shardmap_ctx(
@@ -102,4 +107,4 @@ def _syevd_rows(
 ):
     caller = "jaxmg.syevd_shardmap_ctx"
     call = _local_statics(a, T_A, False, axis_name, "rows", relayout, pad, "syevd", caller, backend)
-    return _syevd_local(call, a, bool(return_eigenvectors), v_columns=True)
+    return _syevd_blocks(call, a, bool(return_eigenvectors), v_columns=True)

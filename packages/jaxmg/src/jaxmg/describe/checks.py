@@ -171,6 +171,39 @@ def flag(value, name: str, caller: str) -> bool:
     return bool(value)
 
 
+#: The function on local blocks, inside a user's ``shard_map``, of each function on global arrays.
+_ON_LOCAL_BLOCKS = {
+    "potrs": "potrs_no_shardmap",
+    "potri": "potri_no_shardmap",
+    "syevd": "syevd_no_shardmap",
+    "cho_factor": "potrs_no_shardmap",
+    "cho_solve": "potrs_no_shardmap",
+}
+
+
+def global_arrays(caller: str) -> None:
+    """Refuse a call of a function on global arrays from inside a ``jax.shard_map`` (at trace
+    time: the abstract mesh has manual axes there), where its arrays are local blocks and its
+    own programs would run a ``shard_map`` inside the caller's; say which ``*_no_shardmap``
+    function takes the blocks."""
+    mesh = jax.sharding.get_abstract_mesh()
+    manual = () if mesh.empty else tuple(mesh.manual_axes)
+    if not manual:
+        return
+    name = caller.removeprefix("jaxmg.").removesuffix("_shardmap_ctx")
+    local = _ON_LOCAL_BLOCKS.get(name)
+    instead = (
+        f"call jaxmg.{local} there, which takes this device's block of A"
+        if local
+        else "call it outside the shard_map on the global arrays (inside one, jaxmg takes local "
+        "blocks in potrs_no_shardmap, potri_no_shardmap and syevd_no_shardmap)"
+    )
+    raise ValueError(
+        f"{caller} takes global arrays, but it is called inside jax.shard_map (manual axes "
+        f"{manual}), where arrays are each device's local blocks: {instead}."
+    )
+
+
 def keyword_only(caller: str, extra: tuple, was: str) -> None:
     """Positional arguments past ``in_specs`` are refused: older jaxmg releases put other
     arguments there, so taking them would silently change a call's meaning."""
@@ -188,6 +221,7 @@ def arguments(caller: str, positional: tuple, was: str, specs, v1_specs, arrays:
     ``in_specs`` or as 1.x's ``matrix_specs``, ``v1_specs``), one spec per array named in
     ``arrays``. Returns ``(specs, v1)``: a spec or ``None`` per array, and whether the call
     named ``matrix_specs`` (so is 1.x's)."""
+    global_arrays(caller)
     keyword_only(caller, positional, was)
     given, v1 = matrix_specs(specs, v1_specs, caller)
     return in_specs(given, caller, arrays), v1
@@ -197,6 +231,7 @@ def square_matrix(a, T_A, cyclic_1d, relayout_name, pad, caller: str):
     """The checks of a square ``A`` and its options that need no mesh. Returns ``(T_A, dtype,
     relayout, N)``; ``N`` is ``None`` for ``A`` in the block-cyclic layout (``cyclic_1d``),
     whose shape says ``N`` only with the device count."""
+    global_arrays(caller)
     T_A = tile_size(T_A, caller, cyclic_1d)
     shape = getattr(a, "shape", ())
     if not cyclic_1d and pad is False and len(shape) == 2 and shape[0] != shape[1]:

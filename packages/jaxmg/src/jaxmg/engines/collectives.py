@@ -62,6 +62,7 @@ from jax import lax
 
 from ..describe import processes
 from . import dense, tridiagonal
+from ._unbatched import unbatched
 from .base import Engine
 
 _HIGHEST = lax.Precision.HIGHEST
@@ -227,15 +228,22 @@ def potrf(a, position, *, axis, ndev, T_A, **_):
 
         def factor(f):
             raw = lax.dynamic_slice(f, (slot * t, c0), (t, width)).T  # M[c0:, tile k]
-            diagonal, failed = dense._cholesky(lax.dynamic_slice(raw, (lo - c0, 0), (t, t)))
-            x = lax.linalg.triangular_solve(
-                diagonal, raw, left_side=False, lower=True, transpose_a=True, conjugate_a=True
+            block = lax.dynamic_slice(raw, (lo - c0, 0), (t, t))
+            diagonal, failed = unbatched(dense._cholesky, block)
+            x = unbatched(
+                lax.linalg.triangular_solve,
+                diagonal,
+                raw,
+                left_side=False,
+                lower=True,
+                transpose_a=True,
+                conjugate_a=True,
             )
             x = lax.dynamic_update_slice(jnp.where(rows >= lo, x, 0), diagonal, (lo - c0, 0))
             return x, jnp.where(failed > 0, lo + failed, 0).astype(jnp.int32)
 
-        def skip(f):
-            return jnp.zeros((width, t), dtype), jnp.int32(0)
+        def skip(f):  # typed as factor's outputs: varying where f does
+            return dense._varying_like((jnp.zeros((width, t), dtype), jnp.int32(0)), f)
 
         x, failed = lax.cond(position == owner, factor, skip, f)
         info = jnp.where((info == 0) & (failed > 0), failed, info)
@@ -252,7 +260,7 @@ def potrf(a, position, *, axis, ndev, T_A, **_):
         f = lax.dynamic_update_slice(f, jnp.where(position == owner, x.T, here), (slot * t, c0))
         return f, info
 
-    carry = (a, jnp.int32(0))
+    carry = (a, dense._varying_like(jnp.int32(0), a))
     for k0, k1 in _buckets(steps, t):
         carry = lax.fori_loop(k0, k1, functools.partial(body, k0), carry)
     f, info = carry
@@ -303,7 +311,8 @@ def _sweep(
             partial = _mm(jnp.conj(column) if conj else column, y)
             send = _owned(position, owner, jnp.concatenate([partial, diagonal], 1))
         summed = lax.psum(send, axis)
-        y_k = lax.linalg.triangular_solve(
+        y_k = unbatched(
+            lax.linalg.triangular_solve,
             summed[:, k_rhs:],
             lax.dynamic_slice_in_dim(rhs, rhs_at[k], t) - summed[:, :k_rhs],
             left_side=True,
@@ -321,7 +330,7 @@ def _sweep(
 
     carry = (jnp.zeros_like(rhs),)
     if by_rows:
-        carry += (jnp.zeros((local, k_rhs), rhs.dtype),)
+        carry += (dense._varying_like(jnp.zeros((local, k_rhs), rhs.dtype), f, rhs),)
     return lax.fori_loop(0, steps, step, carry)[0]
 
 
@@ -350,7 +359,8 @@ def _each_devices_columns(solve, position, ndev, n, local, t, dtype):
         x = solve(unit).T
         return jnp.where(position == d, x, inverse)
 
-    return lax.fori_loop(0, ndev, one, jnp.zeros((local, n), dtype))
+    inverse = dense._varying_like(jnp.zeros((local, n), dtype), position)
+    return lax.fori_loop(0, ndev, one, inverse)
 
 
 def potri_factored(factor, position, *, axis, ndev, T_A, **_):
@@ -409,13 +419,14 @@ def getrf(a, position, *, axis, ndev, T_A, **_):
         def factor(f):
             raw = lax.dynamic_slice(f, (slot * t, c0), (t, width)).T  # M[c0:, tile k]
             active = jnp.where(row < n - lo, jnp.roll(raw, c0 - lo, axis=0), 0)
-            lu, piv, _ = lax.linalg.lu(active)  # rows lo.. first
+            lu, piv, _ = unbatched(lax.linalg.lu, active)  # rows lo.. first
             zero = jnp.diagonal(lu[:t]) == 0
             failed = jnp.where(jnp.any(zero), lo + 1 + jnp.argmax(zero), 0)
             return lu, piv, failed.astype(jnp.int32)
 
-        def skip(f):
-            return jnp.zeros((width, t), dtype), jnp.zeros((t,), jnp.int32), jnp.int32(0)
+        def skip(f):  # typed as factor's outputs: varying where f does
+            zeros = jnp.zeros((width, t), dtype), jnp.zeros((t,), jnp.int32), jnp.int32(0)
+            return dense._varying_like(zeros, f)
 
         lu, piv, failed = lax.cond(position == owner, factor, skip, f)
         info = jnp.where((info == 0) & (failed > 0), failed, info)
@@ -441,8 +452,14 @@ def getrf(a, position, *, axis, ndev, T_A, **_):
         # U's row tile k at this device's later columns, and the trailing update
         later = jnp.repeat(tiles[s0:] > k, t)[:, None]  # [L - s0 t, 1]
         b = lax.dynamic_slice(f, (s0 * t, lo), (local - s0 * t, t))  # M[tile k, mine]^T
-        u = lax.linalg.triangular_solve(
-            lu[:t], b, left_side=False, lower=True, transpose_a=True, unit_diagonal=True
+        u = unbatched(
+            lax.linalg.triangular_solve,
+            lu[:t],
+            b,
+            left_side=False,
+            lower=True,
+            transpose_a=True,
+            unit_diagonal=True,
         )
         u = jnp.where(later, u, 0)
         below = jnp.where(row >= lo + t - c0, panel, 0)  # L[c0:, tile k], zero to row lo + t
@@ -450,7 +467,7 @@ def getrf(a, position, *, axis, ndev, T_A, **_):
         f = lax.dynamic_update_slice(f, jnp.where(later, u, b), (s0 * t, lo))
         return f, pivots, info
 
-    carry = (a, jnp.zeros((local,), jnp.int32), jnp.int32(0))
+    carry = (a, *dense._varying_like((jnp.zeros((local,), jnp.int32), jnp.int32(0)), a))
     for k0, k1 in _buckets(steps, t, least=1):
         carry = lax.fori_loop(k0, k1, functools.partial(body, k0), carry)
     f, pivots, info = carry

@@ -95,6 +95,22 @@ def _varying_axes(x) -> frozenset:
     return frozenset(getattr(mat, "varying", ()) if mat is not None else getattr(aval, "vma", ()))
 
 
+def _varying_like(x, *like):
+    """``x`` (a pytree) typed as varying over every manual axis that ``x`` or one of ``like``
+    varies over: ``lax.pcast(..., to="varying")`` (jax 0.10 to 0.12) of the axes missing from
+    each leaf. For the values a program makes afresh (a loop's first carry, a ``lax.cond``
+    branch's zeros) that must have the type of what it computes from the local block, inside a
+    user's ``shard_map`` that checks replication (``check_vma=True``). Elsewhere nothing is
+    typed varying and ``x`` is returned as it is."""
+    axes = frozenset().union(*(_varying_axes(leaf) for leaf in jax.tree.leaves(like)))
+
+    def cast(leaf):
+        missing = tuple(sorted(axes - _varying_axes(leaf)))
+        return lax.pcast(leaf, missing, to="varying") if missing else leaf
+
+    return jax.tree.map(cast, x) if axes else x
+
+
 def _status(value):
     return _replicated(jnp.asarray(value, jnp.int32).reshape(1))
 

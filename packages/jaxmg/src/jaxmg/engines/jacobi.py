@@ -49,6 +49,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ._unbatched import unbatched
+from .dense import _varying_like
+
 #: At most this many sweeps (repeated eigenvalues of N = 512 took 40; random ones take 10).
 MAX_SWEEPS = 60
 #: Below convergence a sweep must leave at most this fraction of the last one's off-diagonal
@@ -135,7 +138,7 @@ def _round(v, w):
     g = (g + jnp.conj(g).T) / 2
     diagonal = jnp.real(jnp.diagonal(g))
     off = jnp.sum(jnp.abs(g - jnp.diag(diagonal).astype(g.dtype)) ** 2)
-    q, _ = lax.linalg.eigh(g, lower=True, symmetrize_input=False, sort_eigenvalues=True)
+    q, _ = unbatched(lax.linalg.eigh, g, lower=True, symmetrize_input=False, sort_eigenvalues=True)
     q = q[:, jnp.argsort(jnp.argsort(diagonal))]
     return _mm(q.T, v), _mm(q.T, w), off
 
@@ -199,7 +202,8 @@ def syevd(a, position, layout, *, vectors=True, axis, ndev):
                 v, w = (_rotate(x, position, axis, ndev) for x in (v, w))
             return v, w, off + o
 
-        v, _, new = lax.fori_loop(0, rounds, one, (v, w, jnp.zeros((), real)))
+        new = _varying_like(jnp.zeros((), real), v, w)  # this device's sum
+        v, _, new = lax.fori_loop(0, rounds, one, (v, w, new))
         return v, jnp.sqrt(lax.psum(new, axis)), off, count + 1
 
     def going(carry):
@@ -212,7 +216,8 @@ def syevd(a, position, layout, *, vectors=True, axis, ndev):
     v, _ = _orthonormalized(v, axis, ndev)
     w = _times(h, v, position, table, axis, ndev)
     values = jnp.real(jnp.sum(jnp.conj(v) * w, axis=1))  # Rayleigh quotients
-    everyone = lax.all_gather(values, axis, tiled=True)  # [p * width], device-major
+    # [p * width], device-major; typed as the same on every device (as it is)
+    everyone = lax.all_gather(values, axis, tiled=True, to="invarying")
     ranked = jnp.argsort(everyone).astype(jnp.int32)
     ok = jnp.isfinite(off) & (off <= converged)
     status = jnp.where(ok, 0, n + 1).astype(jnp.int32)[None]
@@ -234,6 +239,6 @@ def _collect(v, device, row, position, axis, ndev):
         out = jnp.where((device == theirs)[:, None], jnp.take(block, row, axis=0), out)
         return out, lax.ppermute(block, axis, _shift(ndev, 1))
 
-    out = jnp.zeros((device.shape[0], v.shape[1]), v.dtype)
+    out = _varying_like(jnp.zeros((device.shape[0], v.shape[1]), v.dtype), v, device, position)
     out, _ = lax.fori_loop(0, ndev, step, (out, v))
     return out

@@ -422,7 +422,8 @@ def syevd(a, position, layout, *, vectors=True, axis, ndev):
     reflectors, d, e, tau = _tridiagonalize(h, position, layout, axis)
     e, first, end, scale = _split(d, e)
     own = position * s + jnp.arange(s, dtype=jnp.int32)
-    values = lax.all_gather(_bisection(d, e, first, end, own), axis, tiled=True)
+    own_values = _bisection(d, e, first, end, own)
+    values = lax.all_gather(own_values, axis, tiled=True, to="invarying")  # the same everywhere
     ranked = jnp.argsort(values).astype(jnp.int32)
     eigenvalues = jnp.where(finite, values[ranked] * jnp.exp2(power), jnp.nan)
     if not vectors:

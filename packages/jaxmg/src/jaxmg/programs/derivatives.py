@@ -36,6 +36,19 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from ..describe.call import Call
 from ..describe.sharding import _explicit
+from .local import (
+    _columns_of,
+    _from_columns,
+    _hermitian_matvec,
+    _hermitian_part_columns,
+    _potri_local,
+    _potrs_local,
+    _ring,
+    _ring_into,
+    _same_everywhere,
+    _syevd_local,
+    _varying_like,
+)
 from .routines import (
     _cho_inverse_program,
     _cho_logdet_program,
@@ -326,6 +339,122 @@ def _syevd_jvp(call, vectors, primals, tangents):
     inverse_gaps = jnp.where(eye, 0, 1 / jnp.where(eye, 1, gaps))
     s = algebra.products(algebra.transpose(v), dav)  # V^H dA_h V
     dv = algebra.products(v, inverse_gaps.astype(s.dtype) * s)
+    return (w, v, status), (dw, dv, _float0(status))
+
+
+# --- on local blocks, inside a user's shard_map (the *_no_shardmap functions) ---------------------
+#
+# The same derivatives as the global functions' (those of X -> f((X + X^H) / 2) at X = A), on each
+# device's block of A in the call's form and layout: potrs's is one more solve with the forward
+# factor and a matrix-vector product with the blocks; potri's (-Y dA_h Y) and syevd's (JAX's eigh
+# rule) are products of column blocks passed around the ring (local._ring, local._ring_into), so
+# that no device holds more than a few blocks. A process grid (sharded_by="grid") has none.
+
+
+def _local_cholesky_solves(call: Call, f):
+    """``(solve, transpose_solve)`` with the factor ``f`` of the local blocks' potrs."""
+
+    def solve(r):
+        route = call.route()
+        x, _ = call.native().potrs_factored(
+            f, call.conj(r.T), call.position(), **call.native_kw(route)
+        )
+        return call.conj(x.T)
+
+    return solve, lambda r: jnp.conj(solve(jnp.conj(r)))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _local_cholesky_solution(call: Call, f, x, a, b):
+    """:func:`_cholesky_solution` on local blocks: ``x = A^-1 b`` with ``A``'s factor ``f``."""
+    return x
+
+
+@_local_cholesky_solution.defjvp
+def _local_cholesky_solution_jvp(call, primals, tangents):
+    f, x, a, b = primals
+    _, _, da, db = tangents
+    x = _local_cholesky_solution(call, f, x, a, b)
+    solve, transpose_solve = _local_cholesky_solves(call, f)
+
+    # lax.custom_linear_solve types its solution as varying where A does: the right-hand side
+    # and the products are typed so too (the same on every device all the same), and the
+    # solution back like x
+    def matvec(a, v):
+        return _varying_like(_hermitian_matvec(call, a, v), a)
+
+    rhs = db - matvec(da, x)
+    return x, _same_everywhere(_linear_solve(matvec, a, rhs, solve, transpose_solve), x)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def potrs_local(call: Call, a, b):
+    """``(x, status)`` from the local block ``a`` and ``b`` ``[N, k]``, as
+    :func:`jaxmg.programs.local._potrs_local`, differentiable as :func:`potrs_and_logdet`."""
+    return _potrs_local(call, a, b)
+
+
+@potrs_local.defjvp
+def _potrs_local_jvp(call, primals, tangents):
+    a, b = primals
+    da, db = tangents
+    x, f, status = _potrs_local(
+        call, jax.lax.stop_gradient(a), jax.lax.stop_gradient(b), with_factor=True
+    )
+    f = _varying_like(f, a)  # each device's own (a native target's result is typed as no axis's)
+    x, dx = jax.jvp(functools.partial(_local_cholesky_solution, call, f, x), (a, b), (da, db))
+    return (x, status), (dx, _float0(status))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def potri_local(call: Call, a):
+    """``(inverse block, status)`` as :func:`jaxmg.programs.local._potri_local`, with the
+    derivative ``dY = -Y dA_h Y``."""
+    inverse, status = _potri_local(call, a)
+    return _varying_like(inverse, a), status  # a native target's result is typed as no axis's
+
+
+@potri_local.defjvp
+def _potri_local_jvp(call, primals, tangents):
+    (a,), (da,) = primals, tangents
+    inverse, status = potri_local(call, a)
+    axis = call.geometry.axis
+    y = _columns_of(inverse, call, hermitian=True)  # Y[:, blk]
+    t = _ring(_hermitian_part_columns(da, call), y, axis)  # (dA_h Y)[:, blk]
+    dy = -_ring(t, y, axis, adjoint=True)  # (dA_h Y)^H Y = Y dA_h Y, both Hermitian
+    return (inverse, status), (_from_columns(dy, call, hermitian=True), _float0(status))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2))
+def syevd_local(call: Call, vectors: bool, v_columns: bool, a):
+    """``(w, v block, status)``, or ``(w, status)`` without ``vectors``, as
+    :func:`jaxmg.programs.local._syevd_local`, with the derivatives of :func:`_syevd_jvp`."""
+    if not vectors:
+        return _syevd_local(call, a, False)
+    w, v, status = _syevd_local(call, a, True, v_columns=v_columns)
+    return w, _varying_like(v, a), status  # a native target's result is typed as no axis's
+
+
+@syevd_local.defjvp
+def _syevd_local_jvp(call, vectors, v_columns, primals, tangents):
+    (a,), (da,) = primals, tangents
+    w, v, status = syevd_local(call, True, v_columns, a)
+    axis = call.geometry.axis
+    vc = v if v_columns else _columns_of(v, call)  # V[:, blk]
+    y = _ring(_hermitian_part_columns(da, call), vc, axis)  # (dA_h V)[:, blk]
+    s = _ring(y, vc, axis, adjoint=True)  # (V^H dA_h V)[:, blk], Hermitian
+    width = s.shape[1]
+    local = jnp.arange(width, dtype=jnp.int32)
+    mine = call.position() * width + local  # this device's columns
+    diagonal = jnp.real(s[mine, local]).astype(w.dtype)
+    dw = jax.lax.psum(jnp.zeros_like(w).at[mine].set(diagonal, unique_indices=True), axis)
+    if not vectors:
+        return (w, status), (dw, _float0(status))
+    gaps = w[None, :] - w[mine][:, None]  # [blk, N]: w_j - w_i
+    own = mine[:, None] == jnp.arange(w.shape[0], dtype=jnp.int32)[None, :]
+    inverse_gaps = jnp.where(own, 0, 1 / jnp.where(own, 1, gaps)).astype(s.dtype)
+    dvc = _ring_into(vc, inverse_gaps * jnp.conj(s).T, axis)  # V (F o S), F o S's rows blk
+    dv = dvc if v_columns else _from_columns(dvc, call)
     return (w, v, status), (dw, dv, _float0(status))
 
 

@@ -87,6 +87,7 @@ def cho_solve(
       ``A``: the derivative costs one more solve with the same factor.
     """
     caller = "jaxmg.cho_solve"
+    checks.global_arrays(caller)
     checks.keyword_only(caller, positional, "return_status, e.g. return_status=True")
     if not isinstance(factor, CholeskyFactor):
         raise TypeError(

@@ -7,6 +7,11 @@ is known (:func:`_from_abstract_mesh`, :func:`_grid_from_abstract_mesh`). Each f
 validates the local block and its arguments against that mesh (:func:`_local_statics`, with
 the checks of :mod:`jaxmg.describe`) and runs the local body of its routine
 (:mod:`jaxmg.programs.local`) right there, in the caller's ``shard_map``: no program of its own.
+It runs whether that ``shard_map`` checks replication (``check_vma=True``, JAX's default) or
+not, and its derivatives are the global function's, from the rules on local blocks of
+:mod:`jaxmg.programs.derivatives` (``potrs_local``, ``potri_local``, ``syevd_local``; none on a
+process grid). The functions on global arrays refuse to run inside a ``shard_map``
+(:func:`jaxmg.describe.checks.global_arrays`) and name the one here to call instead.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from .. import engines
 from ..describe import checks, sharding
 from ..describe.call import Geometry, describe, layout
 from ..describe.checks import Backend, Relayout, Result
+from ..programs.derivatives import potri_local, potrs_local, syevd_local
 from ..programs.local import (
     _hermitian_blocks_from_lower,
     _potri_local,
@@ -184,8 +190,24 @@ def _potrs_blocks(a, b, call):
     """potrs on local blocks: ``b`` (``[N]`` or ``[N, nrhs]``) checked, ``x`` in its shape."""
     dtype = checks.matrix_dtype(a, call.caller, "a")
     b_shape = checks.rhs_shape(b, call.n, dtype, call.caller)
-    x, status = _potrs_local(call, a, b.reshape(call.n, -1))
+    solve = _potrs_local if call.geometry.form == "grid" else potrs_local
+    x, status = solve(call, a, b.reshape(call.n, -1))
     return x.reshape(b_shape), status
+
+
+def _potri_blocks(call, a):
+    """potri on local blocks: the inverse's block in the form (and layout) of ``a``."""
+    if call.geometry.form == "grid":  # the lower triangle: fill the upper one
+        inv, status = _potri_local(call, a)
+        return _hermitian_blocks_from_lower(inv, call.geometry), status
+    return potri_local(call, a)
+
+
+def _syevd_blocks(call, a, vectors, v_columns=False):
+    """syevd on local blocks: ``(w, v_block, status)`` or ``(w, status)``."""
+    if call.geometry.form == "grid":
+        return _syevd_local(call, a, vectors, v_columns=v_columns)
+    return syevd_local(call, vectors, v_columns, a)
 
 
 def potrs_no_shardmap(
@@ -248,10 +270,7 @@ def potri_no_shardmap(
     call = _local_statics(
         a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, "potri", caller, backend
     )
-    inv, status = _potri_local(call, a)
-    if call.geometry.form == "grid":  # the lower triangle: fill the upper one
-        inv = _hermitian_blocks_from_lower(inv, call.geometry)
-    return inv, status
+    return _potri_blocks(call, a)
 
 
 def syevd_no_shardmap(
@@ -278,4 +297,4 @@ def syevd_no_shardmap(
     call = _local_statics(
         a, T_A, cyclic_1d, axis_name, sharded_by, relayout, pad, "syevd", caller, backend
     )
-    return _syevd_local(call, a, bool(return_eigenvectors))
+    return _syevd_blocks(call, a, bool(return_eigenvectors))

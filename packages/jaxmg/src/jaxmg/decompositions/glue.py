@@ -102,9 +102,17 @@ def _whole(a, geometry):
     return _placed(a, geometry.mesh, _REPLICATED)
 
 
-def _finite_status(x):
-    """JAX's dense solvers return NaN where LAPACK would report a failure: status 1 then."""
-    return jnp.where(jnp.all(jnp.isfinite(x)), 0, 1).astype(jnp.int32)
+def _finite_status(a, *outputs):
+    """``(status, *outputs)`` of JAX's dense decompositions of ``a`` (``M x N``), which return
+    NaN where LAPACK would report a failure and give no order: ``min(M, N) + 1`` where ``a`` or
+    an output is not finite (as the other engines report for an ``a`` that holds NaN or Inf:
+    their decompositions are made of a Hermitian solver of that order), and every output NaN
+    then; else 0."""
+    finite = jnp.all(jnp.isfinite(a))
+    for x in outputs:
+        finite = finite & jnp.all(jnp.isfinite(x))
+    status = jnp.where(finite, 0, min(a.shape) + 1).astype(jnp.int32)
+    return (status, *(jnp.where(finite, x, jnp.full_like(x, jnp.nan)) for x in outputs))
 
 
 def _positive_diagonal(q, r):

@@ -237,9 +237,10 @@ def _qr_call(geometry, mode, T_A, a):
     if geometry.engine.whole:
         a = _whole(a, geometry)
         q, r = _positive_diagonal(*jnp.linalg.qr(a))  # as the other paths give R
+        status, q, r = _finite_status(a, q, r)
         q = _placed(q, geometry.mesh, _like_a(geometry, q.shape))
         r = _placed(r, geometry.mesh, _like_a(geometry, r.shape))
-        return (None if mode == "r" else q), r, _finite_status(r)
+        return (None if mode == "r" else q), r, status
     if _engine_qr(geometry):
         q, r, status = _qr_native(geometry, T_A, a)
     elif m >= n:

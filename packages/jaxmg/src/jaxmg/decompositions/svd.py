@@ -185,12 +185,12 @@ def _svd_call(geometry, T_A, full, compute_uv, a):
     if geometry.engine.whole:
         a = _whole(a, geometry)
         if not compute_uv:
-            s = jnp.linalg.svd(a, compute_uv=False)
-            return None, s, None, _finite_status(s)
-        u, s, vh = jnp.linalg.svd(a, full_matrices=full)
+            status, s = _finite_status(a, jnp.linalg.svd(a, compute_uv=False))
+            return None, s, None, status
+        status, u, s, vh = _finite_status(a, *jnp.linalg.svd(a, full_matrices=full))
         specs = _svd_specs(geometry, u.shape, vh.shape)
         u, vh = _placed(u, geometry.mesh, specs[0]), _placed(vh, geometry.mesh, specs[2])
-        return u, s, vh, _finite_status(s)
+        return u, s, vh, status
     if full:
         u, s, vh, status = _svd_full(geometry, T_A, a)
     else:
@@ -225,9 +225,9 @@ def _polar_call(geometry, T_A, side, a):
     if geometry.engine.whole:
         a = _whole(a, geometry)
         u, p = jax.scipy.linalg.polar(a, side=side, method="svd")
-        p = (p + _h(p)) / 2
+        status, u, p = _finite_status(a, u, (p + _h(p)) / 2)
         u = _placed(u, geometry.mesh, _like_a(geometry, u.shape))
-        return u, _placed(p, geometry.mesh, _like_a(geometry, p.shape)), _finite_status(p)
+        return u, _placed(p, geometry.mesh, _like_a(geometry, p.shape)), status
     if side == "right" and qdwh.applies(geometry, a.shape) and not _native_mp(geometry):
         return _polar_qdwh(geometry, T_A, a)
     return _polar_by_svd(geometry, T_A, side, a)
@@ -390,7 +390,9 @@ def _lstsq_call(geometry, T_A, a, b, rcond):
     if geometry.engine.whole:
         a = _whole(a, geometry)
         x, resid, rank, s = jnp.linalg.lstsq(a, b, rcond=rcond)
-        return x, resid, rank, s, _finite_status(s)
+        status, s = _finite_status(a, s)  # of A alone: b's NaN is x's, not a failure
+        x, resid = (jnp.where(status == 0, v, jnp.full_like(v, jnp.nan)) for v in (x, resid))
+        return x, resid, rank, s, status
     if _by_qr(geometry, a):
         return _lstsq_by_qr(geometry, T_A, a, b, rcond)
     return _lstsq_by_svd(geometry, T_A, a, b, rcond)

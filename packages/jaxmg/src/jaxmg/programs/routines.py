@@ -33,6 +33,11 @@ the engine (``relayout="native"``: ScaLAPACK's p?gemr2d) or is the 2D relayout i
 
 Failure. A matrix that is not positive definite (potrs, potri), or an eigensolver that fails to
 converge (syevd), is not an exception: the status is nonzero and every floating output is NaN.
+The status is LAPACK's ``info`` of ``A`` itself on every engine (but LU's on backend ``"jax"``
+with the engine's own tile narrower than the layout's: of its order of ``A``'s columns,
+docs/sharp-bits.md); where ``A`` holds NaN or Inf it is ``N + 1``, whatever the engine made of
+it (:func:`jaxmg.programs.local._finite`: one reduction over each device's block and one
+``pmin`` over the solver's axes, in the local bodies and programs here, for every engine).
 
 Engines. The native target of step 2 is one engine's wrapper
 (:meth:`jaxmg.engines.base.Engine.routines`): cuSolverMg or its LAPACK twin (``"mg"``), the
@@ -54,6 +59,7 @@ import jaxmg_layout
 
 from ..describe.call import Call
 from .local import (
+    _finite,
     _hermitian_from_lower,
     _hermitian_from_triangle,
     _placed,
@@ -62,6 +68,7 @@ from .local import (
     _relayout,
     _syevd_local,
     _transpose_rows,
+    _unless_finite,
 )
 
 # --- the static description of one call ------------------------------------------------------
@@ -123,9 +130,11 @@ def _potrf_program(call: Call, a):
 
     def body(a):
         route = call.route()
+        finite, position = _finite(call, a)
         f, status = call.native().potrf(
-            route.to_native(a), call.position(), moves=route.native_moves, **call.native_kw(route)
+            route.to_native(a), position, moves=route.native_moves, **call.native_kw(route)
         )
+        status, f = _unless_finite(call, finite, status, f)
         return f, status
 
     a = _placed(a, call.geometry.mesh, call.geometry.spec)
@@ -226,13 +235,16 @@ def _getrf_program(call: Call, a):
     factor of ``A^T`` where :func:`_factors_transpose` says so, else of ``A``."""
 
     def body(a):
+        finite, position = _finite(call, a)
         if call.geometry.form == "rows" and not call.cyclic:
             # A's rows become A^T's, whose storage is A's columns: the factor is of A.
             a = _transpose_rows(a, call.geometry.axis, conjugate=False)
         route = call.route()
-        return call.native().getrf(
-            route.to_native(a), call.position(), moves=route.native_moves, **call.native_kw(route)
+        lu, pivots, status = call.native().getrf(
+            route.to_native(a), position, moves=route.native_moves, **call.native_kw(route)
         )
+        status, lu = _unless_finite(call, finite, status, lu)
+        return lu, pivots, status
 
     spec = call.geometry.spec
     a = _placed(a, call.geometry.mesh, spec)

@@ -1,4 +1,5 @@
-"""The examples (the original README's, adapted only in their device list) run and print True.
+"""The examples (the README's, and the original README's adapted only in their device list) run
+and print True.
 
 Each runs in its own process: an example configures JAX for itself (2 simulated CPU devices),
 so they run once, in the 4-device pytest process, not once per simulated device count.
@@ -76,9 +77,19 @@ def test_the_readme_has_an_example():
     assert "```python\n" in DOCUMENTS[0].read_text()
 
 
+def test_the_readmes_first_example_is_examples_potrs():
+    """The README's first example is examples/potrs.py's code (its imports after the JAX
+    configuration carry ruff's ``noqa`` there), and the modern call: ``potrs(A, b)`` alone."""
+    readme = DOCUMENTS[0].read_text().split("```python\n")[1].split("```", 1)[0]
+    program = (EXAMPLES / "potrs.py").read_text().replace("  # noqa: E402", "")
+    assert readme.strip() and readme in program
+    assert "jaxmg.potrs(A, b)" in readme and "T_A" not in readme and "in_specs" not in readme
+
+
 def test_demo_solves_and_passes_its_residual_check():
     """``python -m jaxmg demo`` (the README's first command runs it): exit code 0 means the
-    scaled residual was under 30 and the status 0."""
+    scaled residual was under 30 and the status 0; JAX's own time on one device is printed
+    beside jaxmg's, and the engine that solved is named."""
     done = subprocess.run(
         [sys.executable, "-m", "jaxmg", "demo", "--n", "256", "--cpu-devices", "2"],
         capture_output=True,
@@ -87,3 +98,5 @@ def test_demo_solves_and_passes_its_residual_check():
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "T_A = automatic" in done.stdout and "status = 0" in done.stdout
+    assert "JAX on one device (cho_factor + cho_solve): " in done.stdout, done.stdout
+    assert "jaxmg / JAX = " in done.stdout and 'backend "' in done.stdout, done.stdout

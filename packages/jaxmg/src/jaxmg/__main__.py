@@ -1,4 +1,5 @@
-"""Command line: ``python -m jaxmg demo [--n N] [--tile T_A] [--dtype float64]``."""
+"""Command line: ``python -m jaxmg demo [--n N] [--tile T_A] [--dtype float64] [--backend jax]
+[--repeat 5]``."""
 
 import sys
 

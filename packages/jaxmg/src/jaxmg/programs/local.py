@@ -178,7 +178,10 @@ def _unless_finite(call, finite, status, *outputs):
     axes), status ``N + 1`` and every output NaN, whatever the engine made of it."""
     finite = jax.lax.pmin(finite.astype(jnp.int32), call.geometry.axes) > 0
     status = jnp.where(finite, status, jnp.asarray(call.n + 1, status.dtype))
-    return (status, *(jnp.where(finite, x, jnp.full_like(x, jnp.nan)) for x in outputs))
+    # Times 1 or NaN: XLA writes the product in the output's own buffer, where a select held
+    # one more block of it (the factor with A donated, 2048 on 4 CPU devices)
+    scale = jnp.where(finite, 1.0, jnp.nan)
+    return (status, *(x * scale.astype(x.dtype) for x in outputs))
 
 
 def _potrs_local(call, a, b, with_factor=False):
@@ -217,8 +220,10 @@ def _potri_local(call, a):
         fill = functools.partial(_hermitian_from_triangle, axis_name=geometry.axis)
         inv = route.from_native(inv_rows, then=fill)
         inv = _relayout(inv, call.T_A, geometry) if call.cyclic else inv
-    status, inv = _unless_finite(call, finite, status, inv)  # on the filled block
-    return inv, status
+    # NaN on the filled block, through a conditional: it passes through in its own buffer
+    finite = jax.lax.pmin(finite.astype(jnp.int32), geometry.axes) > 0
+    status = jnp.where(finite, status, jnp.asarray(call.n + 1, status.dtype))
+    return jax.lax.cond(finite, lambda x: x, lambda x: x * jnp.nan, inv), status
 
 
 def _syevd_local(call, a, vectors, v_columns=False, spent=False):
@@ -236,23 +241,27 @@ def _syevd_local(call, a, vectors, v_columns=False, spent=False):
         moves=route.native_moves,
         **call.native_kw(route),
     )
-    if vectors:
-        status, w, v_rows = _unless_finite(call, finite, status, w, v_rows)
-    else:  # without vectors v_rows is the buffer the solver overwrote
-        status, w = _unless_finite(call, finite, status, w)
-    if not vectors:
+    # NaN where A held NaN or Inf: on V as returned, where XLA writes it in place (on the
+    # solver's own buffer it held one more block with A donated and A by columns)
+    status, w = _unless_finite(call, finite, status, w)
+    if not vectors:  # v_rows is then the buffer the solver overwrote
         return (w, v_rows, status) if spent else (w, status)
     if geometry.form == "grid":
-        return w, route.from_native(v_rows), status
-    if geometry.form == "cols":
-        return w, (v_rows.T if call.cyclic else route.from_native(v_rows)), status
-    # The solver saw conj(A): its eigenvector columns are conj(V), which read back by rows is
-    # V^H, whose local conjugate transpose is the column block of V. The rows of V take one
-    # conjugate transpose across devices.
-    if v_columns:
-        return w, jnp.conj(route.from_native(v_rows)).T, status
-    v = _transpose_rows(route.from_native(v_rows), geometry.axis)
-    return w, (_relayout(v, call.T_A, geometry) if call.cyclic else v), status
+        v = route.from_native(v_rows)
+    elif geometry.form == "cols":
+        v = v_rows.T if call.cyclic else route.from_native(v_rows)
+    elif v_columns:
+        # The solver saw conj(A): its eigenvector columns are conj(V), which read back by rows
+        # is V^H, whose local conjugate transpose is the column block of V.
+        v = jnp.conj(route.from_native(v_rows)).T
+    else:  # the rows of V take one conjugate transpose across devices
+        v = _transpose_rows(route.from_native(v_rows), geometry.axis)
+        v = _relayout(v, call.T_A, geometry) if call.cyclic else v
+    # NaN on V as returned, through a conditional: V passes through it in its own buffer,
+    # where a product or a select held one more block (A donated by columns)
+    finite = jax.lax.pmin(finite.astype(jnp.int32), geometry.axes) > 0
+    v = jax.lax.cond(finite, lambda v: v, lambda v: v * jnp.nan, v)
+    return w, v, status
 
 
 # --- the pieces of the derivatives on local blocks (inside a user's shard_map) -------------------

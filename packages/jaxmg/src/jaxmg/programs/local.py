@@ -172,11 +172,22 @@ def _finite(call, a):
     return finite, jnp.maximum(position, finite.astype(position.dtype) - 1)
 
 
+def _finite_everywhere(call, finite, status):
+    """Whether every device's block of ``A`` is finite (:func:`_finite`'s flags, one ``pmin``
+    over the solver's axes), after the engine's call: the ``pmin`` reads ``status``, so XLA
+    cannot run it first. Else, across processes, a process that died before the call would
+    be met in this collective, which cannot name it, instead of in the engine's own
+    rendezvous, which does (tests/multiprocess)."""
+    after = jnp.any(status == jnp.iinfo(status.dtype).min)  # never true: it orders the pmin
+    local = jnp.where(after, 0, finite.astype(jnp.int32))
+    return jax.lax.pmin(local, call.geometry.axes) > 0
+
+
 def _unless_finite(call, finite, status, *outputs):
     """``(status, *outputs)`` of a solver, given :func:`_finite`'s flag of each device's
-    block: where any device's block of ``A`` holds NaN or Inf (one ``pmin`` over the solver's
-    axes), status ``N + 1`` and every output NaN, whatever the engine made of it."""
-    finite = jax.lax.pmin(finite.astype(jnp.int32), call.geometry.axes) > 0
+    block: where any device's block of ``A`` holds NaN or Inf (:func:`_finite_everywhere`),
+    status ``N + 1`` and every output NaN, whatever the engine made of it."""
+    finite = _finite_everywhere(call, finite, status)
     status = jnp.where(finite, status, jnp.asarray(call.n + 1, status.dtype))
     # Times 1 or NaN: XLA writes the product in the output's own buffer, where a select held
     # one more block of it (the factor with A donated, 2048 on 4 CPU devices)
@@ -221,7 +232,7 @@ def _potri_local(call, a):
         inv = route.from_native(inv_rows, then=fill)
         inv = _relayout(inv, call.T_A, geometry) if call.cyclic else inv
     # NaN on the filled block, through a conditional: it passes through in its own buffer
-    finite = jax.lax.pmin(finite.astype(jnp.int32), geometry.axes) > 0
+    finite = _finite_everywhere(call, finite, status)
     status = jnp.where(finite, status, jnp.asarray(call.n + 1, status.dtype))
     return jax.lax.cond(finite, lambda x: x, lambda x: x * jnp.nan, inv), status
 
@@ -259,7 +270,7 @@ def _syevd_local(call, a, vectors, v_columns=False, spent=False):
         v = _relayout(v, call.T_A, geometry) if call.cyclic else v
     # NaN on V as returned, through a conditional: V passes through it in its own buffer,
     # where a product or a select held one more block (A donated by columns)
-    finite = jax.lax.pmin(finite.astype(jnp.int32), geometry.axes) > 0
+    finite = _finite_everywhere(call, finite, status)
     v = jax.lax.cond(finite, lambda v: v, lambda v: v * jnp.nan, v)
     return w, v, status
 

@@ -152,7 +152,17 @@ def solve(mesh):
     bad[3, 3] = -1.0
     A = jax.device_put(bad, NamedSharding(mesh, P(None, "x")))
     x, status = jaxmg.potrs(A, b, backend="mp", return_status=True)
-    report("not_pd", int(status) > 0 and bool(np.isnan(np.asarray(x)).all()), status=int(status))
+    # LAPACK's info of A (the leading minor of order 4), as on every backend.
+    report("not_pd", int(status) == 4 and bool(np.isnan(np.asarray(x)).all()), status=int(status))
+    broken = hpd.copy()
+    broken[n - 1, 2] = broken[2, n - 1] = np.nan
+    # Each process gives its own blocks: device_put compares the whole array across processes,
+    # and NaN != NaN.
+    sharding = NamedSharding(mesh, P(None, "x"))
+    A = jax.make_array_from_callback(broken.shape, sharding, lambda index: broken[index])
+    x, status = jaxmg.potrs(A, b, backend="mp", return_status=True)
+    ok = int(status) == n + 1 and bool(np.isnan(np.asarray(x)).all())  # NaN in A: N + 1
+    report("nan_in_a", ok, status=int(status))
     # Inside the user's shard_map, on local column blocks.
     A = jax.device_put(hpd, NamedSharding(mesh, P(None, "x")))
     local = jax.shard_map(

@@ -59,9 +59,9 @@ def test_every_routine_against_numpy_and_mg(tmp_path, processes, dtypes):
     code, output = finish(launch(processes, "solve", tmp_path / "results", *extra))
     assert code == 0, output[-4000:]
     found = checks(tmp_path / "results", processes)
-    # Per process: 12 checks x dtypes x 2 forms, one not positive definite, one inside the
-    # user's shard_map, one gradient.
-    assert len(found) == processes * (12 * dtypes * 2 + 3), len(found)
+    # Per process: 12 checks x dtypes x 2 forms, one not positive definite, one NaN in A, one
+    # inside the user's shard_map, one gradient.
+    assert len(found) == processes * (12 * dtypes * 2 + 4), len(found)
     failed = [c for c in found if not c["ok"]]
     assert not failed, failed
 

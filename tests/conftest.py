@@ -9,9 +9,9 @@ raising. They are set in ``pytest_configure`` (never at import) and only for the
 
 Not every test runs in every device count's process: single-precision cases of a dtype grid
 (``dtype_sweep``), the rest of a grid whose core runs everywhere (``grid_sweep``) and tests
-independent of the device count (``once_per_suite``) run with 4 devices only, the run that
-``nox -s compat`` repeats on the newest jax (in double precision, without what
-``COMPAT_LEAVES_OUT`` in noxfile.py names).
+independent of the device count (``once_per_suite``) run with 4 devices only, the count
+``nox -s compat`` runs on the newest jax (in double precision, the files ``COMPAT_TESTS`` in
+noxfile.py names).
 """
 
 import os
@@ -36,12 +36,28 @@ def pytest_addoption(parser):
 # (tests that read compiled HLO see the same ops), and jaxmg's native code is built by its own
 # build, not by XLA.
 FAST_COMPILE = "--xla_backend_optimization_level=0"
+# And with XLA:CPU's elemental fusion emitters, not the MLIR ones jaxlib 0.10 takes by default:
+# 40% of the compile time (six shapes of a backend-"jax" potrs program on 4 devices: 1.3 s
+# against 3.4 s; backend "mg"'s 0.18 s against 0.46 s), for the same HLO. jaxlib 0.12 has
+# only the MLIR emitters and aborts on the flag: it is passed where a probe process takes it.
+ELEMENTAL_EMITTERS = "--xla_cpu_use_fusion_emitters=false"
+
+
+def _xla_takes(flag):
+    """Whether this jaxlib's XLA starts with ``flag`` (it aborts on a flag it does not know)."""
+    import subprocess
+    import sys
+
+    probe = [sys.executable, "-c", "import jax; jax.devices('cpu')"]
+    env = {**os.environ, "XLA_FLAGS": flag}
+    return subprocess.run(probe, env=env, capture_output=True, timeout=300).returncode == 0
 
 
 def pytest_configure(config):
     if os.environ.get("JAXMG_TEST_XLA_OPTIMIZE") != "1":
         # Read when the backend starts (below); the examples' processes inherit it.
-        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE}".strip()
+        flags = [FAST_COMPILE] + ([ELEMENTAL_EMITTERS] if _xla_takes(ELEMENTAL_EMITTERS) else [])
+        os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *flags]).strip()
 
     import jax
 
@@ -120,9 +136,8 @@ def once_per_suite(request):
     Use it (``@pytest.mark.usefixtures("once_per_suite")``, or a module's ``pytestmark``) for
     pure layout and plan arithmetic, checks of arguments that need no mesh, tests on a device
     count of their own (``devices[:1]``, a fixed 2 x 2 grid), and tests that start processes
-    configuring their own devices (examples, imports, benchmarks). 4 devices, because ``nox -s
-    compat`` runs that process again on the newest jax: what touches jax runs on both (the
-    native tests, C++ behind no jax, and the single-precision cases run on one)."""
+    configuring their own devices (examples, imports, benchmarks). 4 devices, the count ``nox
+    -s compat`` runs its files (``COMPAT_TESTS``) with on the newest jax."""
     if _device_count(request.config) != 4:
         pytest.skip("independent of the device count: runs with --num-cpu-devices=4")
 
@@ -171,3 +186,39 @@ def cpu_devices():
     import jax
 
     return jax.devices("cpu")
+
+
+def _mapped_regions():
+    """``(regions, limit)``: the memory mappings this process holds and the kernel's limit on
+    them (Linux), or ``None`` where /proc does not tell."""
+    try:
+        with open("/proc/sys/vm/max_map_count") as limit, open("/proc/self/maps") as maps:
+            return sum(1 for _ in maps), int(limit.read())
+    except OSError:
+        return None
+
+
+# Beyond this many mappings, JAX's compiled programs are dropped after the test.
+MAX_MAPPINGS = int(os.environ.get("JAXMG_TEST_MAX_MAPPINGS", "4096"))
+
+
+@pytest.fixture(autouse=True)
+def _bounded_compiled_code():
+    """Drops JAX's compiled programs after a test once they hold MAX_MAPPINGS mappings.
+
+    XLA:CPU maps each compiled program's code in mappings of its own, freed only with the
+    program (a backend-"jax" ``potrs`` holds about 230), and JAX keeps every program a test
+    compiled. The whole 4-device suite in one process reached Linux's default limit of 65530
+    mappings (``vm.max_map_count``), where the next compile aborted the process; and calls
+    slow down as programs pile up: test_lstsq_against_numpy's case took 46 s on 2 devices
+    late in the suite, 6 s alone, and the 2-device suite took 840 s, 568 s with the programs
+    dropped beyond 6000 mappings, 550 s beyond 2500."""
+    yield
+    regions = _mapped_regions()
+    if regions is not None and regions[0] > min(MAX_MAPPINGS, regions[1] // 2):
+        import gc
+
+        import jax
+
+        jax.clear_caches()
+        gc.collect()

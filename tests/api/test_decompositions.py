@@ -131,7 +131,10 @@ def test_qr_against_numpy(kind, form, dtype):
     np.testing.assert_allclose(
         r, np.conj(phases)[:, None] * r_ref, atol=tol(dtype) * norm * max(shape)
     )
-    np.testing.assert_allclose(np.asarray(jaxmg.qr(put(a, FORMS[form]), mode="r")), r, rtol=0)
+    # The same R from the program without Q, to rounding: the two programs are compiled apart
+    # (XLA:CPU's elemental emitters round one element of the wide complex case 1 ulp apart).
+    r_only = np.asarray(jaxmg.qr(put(a, FORMS[form]), mode="r"))
+    np.testing.assert_allclose(r_only, r, rtol=0, atol=8 * np.finfo(dtype).eps * norm)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

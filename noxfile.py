@@ -4,15 +4,14 @@
   simulated device count (1, 2, 3, 4, 8), each in its own pytest process, two at a time
   (``JAXMG_PYTEST_JOBS``), and the multi-process jobs (``tests/multiprocess``) once. Tests
   that do not depend on the device count, and single-precision cases, run with 4 devices only
-  (tests/conftest.py), in two processes; the 3- and 8-device runs leave out the derivative
-  and drop-in tests (``NARROW``).
+  (tests/conftest.py), in two processes, less backend "jax"'s tests, which ``pure`` runs with
+  4 devices; the 3- and 8-device runs leave out the derivative and drop-in tests (``NARROW``).
 - ``pure``: jaxmg installed without jaxmg-cuda (``./packages/jaxmg-layout`` and
   ``./packages/jaxmg[test]``, no compiler), on 4 simulated CPU devices: backend ``"jax"``'s tests,
   the default backend's choice without the native engines, the examples and the documents'
   Python blocks (``PURE_TESTS``), in two pytest processes.
-- ``compat``: the CPU suite on 4 devices on the newest jax, with Python 3.12, in double
-  precision, without the native, benchmark and decompositions-against-numpy tests
-  (``COMPAT_LEAVES_OUT``); and NetKet 3.23's client tests there.
+- ``compat``: on the newest jax, with Python 3.12, on 4 devices in double precision, the tests
+  of every way jaxmg calls JAX (``COMPAT_TESTS``), and NetKet 3.23's client tests.
 - ``clients``: install the three packages and NetKet 3.22.4, then run ``tests/clients`` (NetKet's
   jaxmg solvers against its dense ones) once per simulated device count (1, 2, 4); then the same
   with NetKet 3.23.0 (which calls jaxmg 1.x's API).
@@ -156,7 +155,8 @@ def tests(session):
     install_jaxmg(session, "test", "plot")
     counts = [int(n) for n in session.posargs] or DEVICE_COUNTS
     # Longest first: the halves of the 4-device run, then by device count.
-    runs = [cpu_suite(4, half) for half in halves() if 4 in counts]
+    # Backend "jax"'s own tests run with 4 devices in ``pure`` (PURE_TESTS), the same tests.
+    runs = [cpu_suite(4, half) for half in halves(PURE_TESTS[0]) if 4 in counts]
     for count in sorted(counts, reverse=True):
         if count != 4:
             runs.append(cpu_suite(count, ("tests",), *(NARROW if count in NARROW_COUNTS else ())))
@@ -257,25 +257,49 @@ def _python312() -> str:
     return pyenv[-1] if pyenv else "3.12"
 
 
-# What compat leaves out: C++ behind no jax (tests/native), the benchmarks' own tests, and the
-# decompositions against numpy at every shape and dtype (numerics, not jax's API: their
-# programs, derivatives included, run on the newest jax in test_decompositions_grad.py).
-COMPAT_LEAVES_OUT = ("tests/native", "tests/benchmarks", "tests/api/test_decompositions.py")
+# What compat runs on the newest jax: the tests of every way jaxmg calls JAX (meshes and axis
+# types, the user's shard_map, vmap, donation, jit and eager, derivatives in every calling
+# context, jaxmg 0.0.x's and 1.x's names, errors and statuses, each engine's programs), in two
+# pytest processes of about equal time. Left out: tests that repeat those calls at more shapes,
+# dtypes and spectra (numerics, not jax's API: the decompositions, the derivative routes, the
+# eigensolver's spectra), C++ behind no jax, the examples, installs and benchmarks.
+COMPAT_TESTS = (
+    tuple(
+        f"tests/api/test_{name}.py"
+        for name in (
+            "grad_matrix",
+            "user_shard_map",
+            "vmap_hang",
+            "inplace",
+            "one_program",
+            "errors",
+            "compat_names",
+            "dense",
+            "status",
+        )
+    ),
+    (
+        *(
+            f"tests/api/test_{name}.py"
+            for name in ("collectives", "collectives_eigen", "solvers", "v1_api", "dropin")
+        ),
+        "tests/layout",
+    ),
+)
 
 
 @nox.session(python=_python312())
 def compat(session):
-    """The CPU suite on 4 simulated devices with the newest jax (NEWEST_JAX) on Python 3.12, in
+    """COMPAT_TESTS on 4 simulated devices with the newest jax (NEWEST_JAX) on Python 3.12, in
     double precision (single-precision and extra grid cases are the same code paths, run by
-    ``tests``), without COMPAT_LEAVES_OUT."""
+    ``tests``), and NetKet 3.23's client tests there."""
     session.install(f"jax=={NEWEST_JAX}", f"jaxlib=={NEWEST_JAX}")
     install_jaxmg(session, "test", "plot")
     # NetKet 3.23, the one NetKet that runs on jax >= 0.11, on the newest jax too.
     client = CLIENTS[-1]
     session.install(client, f"jax=={NEWEST_JAX}", f"jaxlib=={NEWEST_JAX}")
     only = ("-m", "not dtype_sweep and not grid_sweep")
-    parts = halves(leave_out=COMPAT_LEAVES_OUT)
-    runs = [cpu_suite(4, half, *only) for half in parts] + client_runs(client, (4,))
+    runs = [cpu_suite(4, paths, *only) for paths in COMPAT_TESTS] + client_runs(client, (4,))
     run_pytest(session, runs)
 
 

@@ -188,22 +188,33 @@ def cpu_devices():
     return jax.devices("cpu")
 
 
-def _mapped_regions():
-    """``(regions, limit)``: the memory mappings this process holds and the kernel's limit on
-    them (Linux), or ``None`` where /proc does not tell."""
+def _mapping_budget():
+    """How many memory mappings this process may hold before JAX's compiled programs are
+    dropped: MAX_MAPPINGS, or half of Linux's limit (``vm.max_map_count``) where that is lower;
+    ``None`` where /proc does not tell (not Linux)."""
     try:
-        with open("/proc/sys/vm/max_map_count") as limit, open("/proc/self/maps") as maps:
-            return sum(1 for _ in maps), int(limit.read())
+        with open("/proc/sys/vm/max_map_count") as limit:
+            return min(MAX_MAPPINGS, int(limit.read()) // 2)
     except OSError:
         return None
+
+
+def _mappings():
+    with open("/proc/self/maps") as maps:
+        return sum(1 for _ in maps)
 
 
 # Beyond this many mappings, JAX's compiled programs are dropped after the test.
 MAX_MAPPINGS = int(os.environ.get("JAXMG_TEST_MAX_MAPPINGS", "4096"))
 
 
+@pytest.fixture(scope="session")
+def _budget():
+    return _mapping_budget()
+
+
 @pytest.fixture(autouse=True)
-def _bounded_compiled_code():
+def _bounded_compiled_code(_budget):
     """Drops JAX's compiled programs after a test once they hold MAX_MAPPINGS mappings.
 
     XLA:CPU maps each compiled program's code in mappings of its own, freed only with the
@@ -214,8 +225,7 @@ def _bounded_compiled_code():
     late in the suite, 6 s alone, and the 2-device suite took 840 s, 568 s with the programs
     dropped beyond 6000 mappings, 550 s beyond 2500."""
     yield
-    regions = _mapped_regions()
-    if regions is not None and regions[0] > min(MAX_MAPPINGS, regions[1] // 2):
+    if _budget is not None and _mappings() > _budget:
         import gc
 
         import jax
